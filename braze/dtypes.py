@@ -1,0 +1,107 @@
+"""The element types braze knows, each a thin wrapper over a numpy dtype.
+
+numpy has no bfloat16, so braze uses ``ml_dtypes.bfloat16`` (the type JAX uses). Half
+types (float16, bfloat16) are stored at their width but computed in float32 by the
+reference executor, as PyTorch does on the CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .errors import Unsupported
+
+
+@dataclass(frozen=True, eq=False)
+class DType:
+    """An element type. ``kind`` is "float", "int", "uint" or "bool"."""
+
+    name: str
+    np: np.dtype
+    kind: str
+    short: str
+
+    @property
+    def itemsize(self) -> int:
+        return self.np.itemsize
+
+    @property
+    def is_floating_point(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_integer(self) -> bool:
+        return self.kind in ("int", "uint")
+
+    @property
+    def is_half(self) -> bool:
+        """Stored narrower than float32 and computed in float32."""
+        return self in (float16, bfloat16)
+
+    @property
+    def compute(self) -> np.dtype:
+        """The numpy dtype the reference executor computes this dtype in."""
+        return np.dtype(np.float32) if self.is_half else self.np
+
+    def __repr__(self) -> str:
+        return f"braze.{self.name}"
+
+    def __reduce__(self) -> str:
+        return self.name
+
+
+float32 = DType("float32", np.dtype(np.float32), "float", "f32")
+float64 = DType("float64", np.dtype(np.float64), "float", "f64")
+float16 = DType("float16", np.dtype(np.float16), "float", "f16")
+bfloat16 = DType("bfloat16", np.dtype(ml_dtypes.bfloat16), "float", "bf16")
+int8 = DType("int8", np.dtype(np.int8), "int", "i8")
+uint8 = DType("uint8", np.dtype(np.uint8), "uint", "u8")
+int16 = DType("int16", np.dtype(np.int16), "int", "i16")
+int32 = DType("int32", np.dtype(np.int32), "int", "i32")
+int64 = DType("int64", np.dtype(np.int64), "int", "i64")
+bool_ = DType("bool", np.dtype(np.bool_), "bool", "bool")
+
+ALL: tuple[DType, ...] = (float32, float64, float16, bfloat16, int8, uint8, int16, int32, int64, bool_)
+FLOATS: tuple[DType, ...] = (float32, float64, float16, bfloat16)
+INTS: tuple[DType, ...] = (int8, uint8, int16, int32, int64)
+
+_BY_NAME: dict[str, DType] = {}
+for _d in ALL:
+    _BY_NAME[_d.name] = _d
+    _BY_NAME[_d.short] = _d
+_BY_NAME.update(half=float16, float=float32, double=float64, long=int64, int=int32, bool_=bool_)
+_BY_NP: dict[np.dtype, DType] = {d.np: d for d in ALL}
+
+
+def from_numpy_dtype(dt: Any, op: str = "from_numpy") -> DType:
+    """The braze dtype of a numpy dtype; raises Unsupported for types braze lacks."""
+    d = _BY_NP.get(np.dtype(dt).newbyteorder("="))
+    if d is None:
+        raise Unsupported(op, f"numpy dtype {np.dtype(dt)} has no braze dtype (supported: "
+                          f"{', '.join(x.name for x in ALL)})")
+    return d
+
+
+def as_dtype(x: Any, op: str = "dtype") -> DType:
+    """Accept a DType, its name ("float32", "f32", "half"), or a numpy dtype."""
+    if isinstance(x, DType):
+        return x
+    if isinstance(x, str):
+        d = _BY_NAME.get(x.removeprefix("braze.").removeprefix("torch."))
+        if d is None:
+            raise Unsupported(op, f"unknown dtype {x!r}")
+        return d
+    if x is bool:
+        return bool_
+    if x is float:
+        return float32
+    if x is int:
+        return int64
+    try:
+        return from_numpy_dtype(x, op)
+    except TypeError:
+        raise Unsupported(op, f"unknown dtype {x!r}") from None

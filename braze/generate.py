@@ -1,0 +1,158 @@
+"""Text generation: prefill, then one token at a time into a preallocated KV cache.
+
+Sampling runs on the host over the last position's logits (one vocabulary-sized
+vector per step, as llama.cpp does): repetition penalty, temperature, top-k, top-p,
+then a draw from a seeded generator; temperature 0 is greedy. Text is streamed through
+the tokenizer's incremental decoder, so no piece ever splits a UTF-8 character, and
+text that might be the start of a stop string is held back until it is known not to be.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from .errors import ShapeMismatch
+from .tensor import tensor
+from .tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+
+
+def sample(logits: np.ndarray, s: Sampling, history: Sequence[int], rng: np.random.Generator) -> int:
+    """One token id from a logits vector."""
+    x = logits.astype(np.float64)
+    if s.repetition_penalty != 1.0 and len(history):
+        seen = np.unique(np.asarray(history, dtype=np.int64))
+        vals = x[seen]
+        x[seen] = np.where(vals > 0, vals / s.repetition_penalty, vals * s.repetition_penalty)
+    if s.temperature <= 0:
+        return int(np.argmax(x))
+    x = x / s.temperature
+    if 0 < s.top_k < x.size:
+        kth = np.partition(x, -s.top_k)[-s.top_k]
+        x = np.where(x < kth, -np.inf, x)
+    p = np.exp(x - x.max())
+    p /= p.sum()
+    if s.top_p < 1.0:
+        order = np.argsort(-p, kind="stable")
+        cum = np.cumsum(p[order])
+        cut = int(np.searchsorted(cum, s.top_p)) + 1  # smallest prefix with mass >= top_p
+        keep = np.zeros_like(p, dtype=bool)
+        keep[order[:cut]] = True
+        p = np.where(keep, p, 0.0)
+        p /= p.sum()
+    return int(rng.choice(p.size, p=p))
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    prompt_seconds: float = 0.0
+    generate_seconds: float = 0.0
+    stop_reason: str = ""
+    token_ids: list[int] = field(default_factory=list)
+
+    @property
+    def prompt_tps(self) -> float:
+        return self.prompt_tokens / self.prompt_seconds if self.prompt_seconds else 0.0
+
+    @property
+    def generate_tps(self) -> float:
+        return self.generated_tokens / self.generate_seconds if self.generate_seconds else 0.0
+
+
+def generate_ids(model: Any, prompt_ids: Sequence[int], max_tokens: int, sampling: Sampling = Sampling(),
+                 eos_ids: frozenset[int] = frozenset(), stats: GenerationStats | None = None,
+                 max_context: int | None = None) -> Iterator[int]:
+    """Yield generated token ids, stopping at EOS (not yielded) or ``max_tokens``."""
+    stats = stats if stats is not None else GenerationStats()
+    ctx = model.config.context_length if max_context is None else min(max_context, model.config.context_length)
+    if not prompt_ids:
+        raise ShapeMismatch("generate", [(0,)], "the prompt is empty (no tokens)")
+    if len(prompt_ids) >= ctx:
+        raise ShapeMismatch("generate", [(len(prompt_ids),)], f"the prompt has {len(prompt_ids)} tokens; the context holds {ctx}")
+    caches = model.new_cache(min(ctx, len(prompt_ids) + max_tokens))
+    rng = np.random.default_rng(sampling.seed)
+    history = list(prompt_ids)
+    stats.prompt_tokens = len(prompt_ids)
+    t0 = time.perf_counter()
+    logits = model(tensor([list(prompt_ids)]), caches, last_only=True)[0, -1].numpy()
+    stats.prompt_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    stats.stop_reason = "length"
+    for _ in range(max_tokens):
+        nxt = sample(logits, sampling, history, rng)
+        if nxt in eos_ids:
+            stats.stop_reason = "eos"
+            break
+        history.append(nxt)
+        stats.token_ids.append(nxt)
+        stats.generated_tokens += 1
+        yield nxt
+        if len(history) >= caches[0].max_len:
+            stats.stop_reason = "length" if len(history) < ctx else "context"
+            break
+        logits = model(tensor([[nxt]]), caches)[0, -1].numpy()
+        stats.generate_seconds = time.perf_counter() - t0
+    stats.generate_seconds = time.perf_counter() - t0
+
+
+def generate_text(model: Any, tok: Tokenizer, prompt: str, max_tokens: int = 128, sampling: Sampling = Sampling(),
+                  stop: Sequence[str] = (), stats: GenerationStats | None = None, chat: bool = False,
+                  parse_special: bool = True) -> Iterator[str]:
+    """Stream text pieces for ``prompt``; stops at EOS, at a stop string (not
+    included), or after ``max_tokens``. With ``chat`` the prompt is rendered as one
+    user message through the model's chat template."""
+    if chat:
+        prompt = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+    ids = tok.encode(prompt, add_special_tokens=True, parse_special=parse_special)
+    stats = stats if stats is not None else GenerationStats()
+    decoder = tok.stream(skip_special_tokens=True)
+    pending = ""
+    for token in generate_ids(model, ids, max_tokens, sampling, tok.eos_ids, stats):
+        pending += decoder.feed(token)
+        hit = _find_stop(pending, stop)
+        if hit is not None:
+            if pending[:hit]:
+                yield pending[:hit]
+            stats.stop_reason = "stop"
+            return
+        safe = len(pending) - _held_back(pending, stop)
+        if safe > 0:
+            yield pending[:safe]
+            pending = pending[safe:]
+    pending += decoder.flush()
+    hit = _find_stop(pending, stop)
+    if hit is not None:
+        pending = pending[:hit]
+        stats.stop_reason = "stop"
+    if pending:
+        yield pending
+
+
+def _find_stop(text: str, stop: Sequence[str]) -> int | None:
+    hits = [text.find(s) for s in stop if s and s in text]
+    return min(hits) if hits else None
+
+
+def _held_back(text: str, stop: Sequence[str]) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of a stop string."""
+    best = 0
+    for s in stop:
+        for n in range(min(len(s) - 1, len(text)), 0, -1):
+            if text.endswith(s[:n]):
+                best = max(best, n)
+                break
+    return best

@@ -1,0 +1,152 @@
+"""Llama (Touvron et al., 2023) and its family: Mistral, Qwen2, SmolLM.
+
+A decoder-only transformer: token embeddings, then ``n_layers`` blocks of
+
+    h = x + Attention(RMSNorm(x))        # grouped-query attention, rotary positions
+    x = h + SwiGLU(RMSNorm(h))
+
+then a final RMSNorm and a projection to the vocabulary (tied to the embeddings when
+the file has no separate output matrix). Everything about the shape comes from the
+GGUF file's metadata (``{arch}.block_count``, heads, rope base ...); nothing is
+hard-coded per model.
+
+Rotary layout: llama.cpp stores Llama and Mistral Q/K weights permuted for the
+*interleaved* rotary layout, and Qwen2's for the *half-split* one, so the layout is
+chosen by architecture, as llama.cpp does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import FormatError, Unsupported
+from ..io.weights import GGUFWeights, WeightBuilder
+from ..nn import Attention, Embedding, KVCache, Linear, Module, ModuleList, RMSNorm, RotaryEmbedding, SwiGLU
+from ..tensor import Tensor
+
+INTERLEAVED_ROPE = {"llama": True, "mistral": True, "qwen2": False}
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    arch: str
+    vocab_size: int
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    hidden_dim: int
+    norm_eps: float
+    rope_base: float
+    rope_interleaved: bool
+    rope_linear_scale: float
+    context_length: int
+
+    @classmethod
+    def from_gguf(cls, path: str, meta: dict[str, Any], vocab_size: int) -> "LlamaConfig":
+        arch = meta.get("general.architecture")
+        if arch not in INTERLEAVED_ROPE:
+            raise Unsupported("llama", f"{path}: architecture {arch!r} is not a Llama-family model "
+                                       f"(known: {', '.join(INTERLEAVED_ROPE)})")
+
+        def field(key: str, default: Any = None) -> Any:
+            full = f"{arch}.{key}"
+            if full in meta:
+                return meta[full]
+            if default is None:
+                raise FormatError(path, full, None, "required metadata key is missing")
+            return default
+
+        dim = int(field("embedding_length"))
+        heads = int(field("attention.head_count"))
+        scaling = field("rope.scaling.type", "none")
+        if scaling not in ("none", "linear"):
+            raise Unsupported("llama", f"{path}: rope scaling {scaling!r} is not supported (none, linear)")
+        return cls(
+            arch=arch,
+            vocab_size=vocab_size,
+            dim=dim,
+            n_layers=int(field("block_count")),
+            n_heads=heads,
+            n_kv_heads=int(field("attention.head_count_kv", heads)),
+            head_dim=int(field("rope.dimension_count", dim // heads)),
+            hidden_dim=int(field("feed_forward_length")),
+            norm_eps=float(field("attention.layer_norm_rms_epsilon", 1e-5)),
+            rope_base=float(field("rope.freq_base", 10000.0)),
+            rope_interleaved=INTERLEAVED_ROPE[arch],
+            rope_linear_scale=float(field("rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0,
+            context_length=int(field("context_length", 2048)),
+        )
+
+
+class Block(Module):
+    def __init__(self, attn_norm: RMSNorm, attn: Attention, mlp_norm: RMSNorm, mlp: SwiGLU) -> None:
+        super().__init__()
+        self.attn_norm, self.attn, self.mlp_norm, self.mlp = attn_norm, attn, mlp_norm, mlp
+
+    def forward(self, x: Tensor, cache: KVCache | None) -> Tensor:
+        h = x + self.attn(self.attn_norm(x), cache)
+        return h + self.mlp(self.mlp_norm(h))
+
+
+class Llama(Module):
+    def __init__(self, config: LlamaConfig, embed: Embedding, blocks: list[Block], norm: RMSNorm,
+                 output: Linear) -> None:
+        super().__init__()
+        self.config = config
+        self.embed, self.blocks, self.norm, self.output = embed, ModuleList(blocks), norm, output
+
+    def new_cache(self, max_len: int | None = None, batch: int = 1) -> list[KVCache]:
+        """One preallocated KV cache per block, for ``max_len`` positions (default: the
+        model's context length)."""
+        c = self.config
+        n = min(max_len or c.context_length, c.context_length)
+        return [KVCache(batch, c.n_kv_heads, n, c.head_dim) for _ in range(c.n_layers)]
+
+    def forward(self, ids: Tensor, caches: list[KVCache] | None = None, last_only: bool = False) -> Tensor:
+        """Logits (B, T, vocab) for token ids (B, T); with ``last_only`` just the last
+        position's, which is all that generation needs from a prompt."""
+        x = self.embed(ids)
+        for i, block in enumerate(self.blocks):
+            x = block(x, caches[i] if caches is not None else None)
+        if last_only:
+            x = x[:, -1:]
+        return self.output(self.norm(x))
+
+    @classmethod
+    def from_gguf(cls, gguf: Any, progress: Callable[[str], None] | None = None) -> "Llama":
+        """Build from an open ``braze.io.GGUFFile``; quantized tensors are dequantised to
+        float32 at load (quantized kernels come in a later issue)."""
+        vb = WeightBuilder(GGUFWeights(gguf), on_load=progress)
+        embed = Embedding.from_weights(vb.get("token_embd.weight"))
+        c = LlamaConfig.from_gguf(str(gguf.path), gguf.metadata, embed.num_embeddings)
+        hd = c.head_dim
+        freq_factors = vb.get("rope_freqs.weight").numpy() if vb.contains("rope_freqs.weight") else None
+        rotary = RotaryEmbedding(hd, c.context_length, c.rope_base, c.rope_interleaved, c.rope_linear_scale,
+                                 freq_factors if freq_factors is None else np.asarray(freq_factors))
+
+        def linear(b: WeightBuilder, name: str, shape: tuple[int, int]) -> Linear:
+            return Linear.from_weights(b.get(f"{name}.weight", shape), b.get_opt(f"{name}.bias", (shape[0],)))
+
+        blocks = []
+        for i in range(c.n_layers):
+            b = vb.pp("blk").pp(i)
+            attn = Attention.from_layers(
+                linear(b, "attn_q", (c.n_heads * hd, c.dim)),
+                linear(b, "attn_k", (c.n_kv_heads * hd, c.dim)),
+                linear(b, "attn_v", (c.n_kv_heads * hd, c.dim)),
+                linear(b, "attn_output", (c.dim, c.n_heads * hd)),
+                c.n_heads, c.n_kv_heads, rotary)
+            mlp = SwiGLU.from_layers(linear(b, "ffn_gate", (c.hidden_dim, c.dim)),
+                                     linear(b, "ffn_up", (c.hidden_dim, c.dim)),
+                                     linear(b, "ffn_down", (c.dim, c.hidden_dim)))
+            blocks.append(Block(RMSNorm.from_weights(b.get("attn_norm.weight", (c.dim,)), c.norm_eps), attn,
+                                RMSNorm.from_weights(b.get("ffn_norm.weight", (c.dim,)), c.norm_eps), mlp))
+        norm = RMSNorm.from_weights(vb.get("output_norm.weight", (c.dim,)), c.norm_eps)
+        tied = not vb.contains("output.weight")
+        output = Linear.from_weights(embed.weight if tied else vb.get("output.weight", (c.vocab_size, c.dim)))
+        return cls(c, embed, blocks, norm, output)

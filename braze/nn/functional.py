@@ -1,0 +1,120 @@
+"""Functional forms of the layers, written from braze's primitive ops.
+
+Nothing here is a kernel: attention, norms and activations are ordinary tensor code,
+so the fusion compiler sees exactly what a user would write and fuses it the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .. import dtypes as dt
+from ..errors import RankMismatch, ShapeMismatch
+from ..tensor import (
+    Tensor,
+    arange,
+    gelu,
+    index_select,
+    pad,
+    relu,
+    silu,
+    softmax,
+    log_softmax,
+    where,
+)
+
+__all__ = ["linear", "embedding", "rms_norm", "layer_norm", "scaled_dot_product_attention", "causal_mask",
+           "relu", "gelu", "silu", "softmax", "log_softmax", "pad", "normalize", "repeat_kv"]
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``x @ weight.T + bias`` with leading dims flattened, so BLAS sees one 2-D
+    product over the transposed weight view (no copy of the weight)."""
+    lead = x.shape[:-1]
+    out = x.reshape(-1, x.shape[-1]) @ weight.T
+    if bias is not None:
+        out = out + bias
+    return out.reshape(lead + (weight.shape[0],))
+
+
+def embedding(ids: Tensor, weight: Tensor) -> Tensor:
+    return index_select(weight, 0, ids.reshape(-1)).reshape(ids.shape + (weight.shape[1],))
+
+
+def rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
+    y = x * ((x * x).mean(-1, keepdim=True) + eps).rsqrt()
+    return y * weight if weight is not None else y
+
+
+def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
+    centred = x - x.mean(-1, keepdim=True)
+    y = centred * ((centred * centred).mean(-1, keepdim=True) + eps).rsqrt()
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+def normalize(x: Tensor, dim: int = -1, eps: float = 1e-12) -> Tensor:
+    """L2-normalise along ``dim`` (``torch.nn.functional.normalize``)."""
+    norm = (x * x).sum(dim, keepdim=True).sqrt()
+    return x / norm.clamp(min=eps)
+
+
+def repeat_kv(x: Tensor, groups: int) -> Tensor:
+    """Share each of KV heads with ``groups`` query heads: (B, KV, S, D) -> (B, KV*groups, S, D).
+
+    An expand (a stride-0 view) then a reshape, which copies only because the heads
+    must become one dim; a fused attention kernel reads the view directly."""
+    if groups == 1:
+        return x
+    b, kv, s, d = x.shape
+    return x.unsqueeze(2).expand(b, kv, groups, s, d).reshape(b, kv * groups, s, d)
+
+
+def causal_mask(q_len: int, kv_len: int, offset: int | None = None) -> Tensor:
+    """Bool (q_len, kv_len) mask, True where query i may see key j: ``j <= i + offset``.
+
+    ``offset`` defaults to ``kv_len - q_len`` (queries are the last positions), which is
+    what decoding with a KV cache needs."""
+    off = kv_len - q_len if offset is None else offset
+    return arange(kv_len).unsqueeze(0) <= (arange(q_len) + off).unsqueeze(1)
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False) -> Tensor:
+    """``softmax(q @ k^T * scale + mask) @ v``, as ``torch.nn.functional.scaled_dot_product_attention``.
+
+    ``attn_mask`` is bool (True = attend) or additive float; ``is_causal`` masks with
+    the top-left aligned lower triangle, as PyTorch does; ``enable_gqa`` shares KV heads
+    among query heads. Dropout is a training feature and must be 0.
+    """
+    if dropout_p:
+        raise ShapeMismatch("scaled_dot_product_attention", [query.shape], "dropout is not supported in inference")
+    if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+        raise RankMismatch("scaled_dot_product_attention", ">= 2", min((query.shape, key.shape, value.shape), key=len))
+    if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
+        raise ShapeMismatch("scaled_dot_product_attention", [query.shape, key.shape, value.shape],
+                            "q and k need the same head dim, k and v the same length")
+    if enable_gqa and query.ndim >= 3 and key.shape[-3] != query.shape[-3]:
+        hq, hk = query.shape[-3], key.shape[-3]
+        if hq % hk:
+            raise ShapeMismatch("scaled_dot_product_attention", [query.shape, key.shape],
+                                f"{hq} query heads are not a multiple of {hk} kv heads")
+        key = repeat_kv(key, hq // hk) if key.ndim == 4 else key
+        value = repeat_kv(value, hq // hk) if value.ndim == 4 else value
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = (query @ key.mT) * scale
+    if is_causal:
+        scores = scores.masked_fill(causal_mask(query.shape[-2], key.shape[-2], 0).logical_not(), -math.inf)
+    if attn_mask is not None:
+        if attn_mask.dtype is dt.bool_:
+            scores = where(attn_mask, scores, -math.inf)
+        else:
+            scores = scores + attn_mask
+    return softmax(scores, -1) @ value
+
+

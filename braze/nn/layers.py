@@ -1,0 +1,218 @@
+"""The layers real models are built from: Linear, Embedding, norms, rotary, MLP, attention."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..dtypes import DType
+from ..tensor import Tensor, cat, from_numpy, stack, zeros
+from . import functional as F
+from .module import Module
+
+M = TypeVar("M", bound=Module)
+
+
+def _bare(cls: type[M]) -> M:
+    """An instance whose tensors the caller sets: loading a model from a file must not
+    first build (and then throw away) zero tensors the size of the model."""
+    self = cls.__new__(cls)
+    Module.__init__(self)
+    return self
+
+
+class Linear(Module):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype: DType = dt.float32) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = zeros(out_features, in_features, dtype=dtype)
+        self.bias = zeros(out_features, dtype=dtype) if bias else None
+
+    @classmethod
+    def from_weights(cls, weight: Tensor, bias: Tensor | None = None) -> "Linear":
+        self = _bare(cls)
+        self.out_features, self.in_features = weight.dims2()
+        self.weight, self.bias = weight, bias
+        return self
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Embedding(Module):
+    def __init__(self, num_embeddings: int, embedding_dim: int, dtype: DType = dt.float32) -> None:
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.weight = zeros(num_embeddings, embedding_dim, dtype=dtype)
+
+    @classmethod
+    def from_weights(cls, weight: Tensor) -> "Embedding":
+        self = _bare(cls)
+        self.num_embeddings, self.embedding_dim = weight.dims2()
+        self.weight = weight
+        return self
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return F.embedding(ids, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+class RMSNorm(Module):
+    """``x / sqrt(mean(x^2) + eps) * weight`` (Zhang and Sennrich, 2019)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, dtype: DType = dt.float32) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = zeros(dim, dtype=dtype) + 1
+
+    @classmethod
+    def from_weights(cls, weight: Tensor, eps: float) -> "RMSNorm":
+        self = _bare(cls)
+        self.eps, self.weight = eps, weight
+        return self
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, self.weight, self.eps)
+
+
+class LayerNorm(Module):
+    def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True, dtype: DType = dt.float32) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = zeros(dim, dtype=dtype) + 1
+        self.bias = zeros(dim, dtype=dtype) if bias else None
+
+    @classmethod
+    def from_weights(cls, weight: Tensor, bias: Tensor | None, eps: float) -> "LayerNorm":
+        self = _bare(cls)
+        self.eps, self.weight, self.bias = eps, weight, bias
+        return self
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.weight, self.bias, self.eps)
+
+
+class RotaryEmbedding(Module):
+    """Rotary position embedding (Su et al., RoFormer).
+
+    Pairs of channels are rotated by ``pos * theta_i`` with ``theta_i = base^(-2i/d)``.
+    Two layouts pair the channels differently: *interleaved* rotates (x0, x1), (x2, x3),
+    ... (the original, and llama.cpp's layout for Llama GGUF files); *half-split*
+    rotates (x_i, x_{i+d/2}) (GPT-NeoX, Hugging Face Llama, Qwen2). ``freq_factors``
+    divide each theta (Llama 3's long-context scaling, stored as ``rope_freqs``);
+    ``linear_scale`` divides positions (linear RoPE scaling).
+    """
+
+    def __init__(self, dim: int, max_positions: int, base: float = 10000.0, interleaved: bool = False,
+                 linear_scale: float = 1.0, freq_factors: np.ndarray | None = None) -> None:
+        super().__init__()
+        self.dim, self.interleaved = dim, interleaved
+        inv_freq = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+        if freq_factors is not None:
+            inv_freq = inv_freq / np.asarray(freq_factors, dtype=np.float64)
+        angles = np.outer(np.arange(max_positions, dtype=np.float64) / linear_scale, inv_freq)
+        self.register_buffer("cos", from_numpy(np.cos(angles).astype(np.float32)), persistent=False)
+        self.register_buffer("sin", from_numpy(np.sin(angles).astype(np.float32)), persistent=False)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """Rotate ``x`` of shape (..., T, dim) for positions offset..offset+T-1."""
+        t = x.shape[-2]
+        cos = self.cos[offset:offset + t]
+        sin = self.sin[offset:offset + t]
+        if self.interleaved:
+            x0, x1 = x[..., 0::2], x[..., 1::2]
+            return stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], -1).flatten(-2)
+        half = self.dim // 2
+        x0, x1 = x[..., :half], x[..., half:]
+        return cat([x0 * cos - x1 * sin, x1 * cos + x0 * sin], -1)
+
+
+class SwiGLU(Module):
+    """The gated MLP of Llama (Shazeer, 2020): ``down(silu(gate(x)) * up(x))``."""
+
+    def __init__(self, dim: int, hidden: int, bias: bool = False) -> None:
+        super().__init__()
+        self.gate = Linear(dim, hidden, bias)
+        self.up = Linear(dim, hidden, bias)
+        self.down = Linear(hidden, dim, bias)
+
+    @classmethod
+    def from_layers(cls, gate: Linear, up: Linear, down: Linear) -> "SwiGLU":
+        self = _bare(cls)
+        self.gate, self.up, self.down = gate, up, down
+        return self
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class KVCache:
+    """Keys and values of past positions, preallocated to the context length and
+    written in place (a slice assignment, no reallocation per token)."""
+
+    def __init__(self, batch: int, kv_heads: int, max_len: int, head_dim: int, dtype: DType = dt.float32) -> None:
+        self.k = zeros(batch, kv_heads, max_len, head_dim, dtype=dtype)
+        self.v = zeros(batch, kv_heads, max_len, head_dim, dtype=dtype)
+        self.max_len = max_len
+        self.length = 0
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write (B, KV, T, D) at the current position; return views of all positions so far."""
+        t = k.shape[-2]
+        if self.length + t > self.max_len:
+            from ..errors import ShapeMismatch
+            raise ShapeMismatch("KVCache.append", [k.shape], f"context full: {self.length} + {t} > {self.max_len} positions")
+        self.k[:, :, self.length:self.length + t] = k
+        self.v[:, :, self.length:self.length + t] = v
+        self.length += t
+        return self.k[:, :, :self.length], self.v[:, :, :self.length]
+
+
+class Attention(Module):
+    """Multi-head attention with grouped KV heads (Ainslie et al., GQA) and rotary
+    positions, over ``scaled_dot_product_attention``."""
+
+    def __init__(self, dim: int, heads: int, kv_heads: int, head_dim: int | None = None, bias: bool = False,
+                 rotary: RotaryEmbedding | None = None) -> None:
+        super().__init__()
+        self.heads, self.kv_heads = heads, kv_heads
+        self.head_dim = head_dim or dim // heads
+        self.q = Linear(dim, heads * self.head_dim, bias)
+        self.k = Linear(dim, kv_heads * self.head_dim, bias)
+        self.v = Linear(dim, kv_heads * self.head_dim, bias)
+        self.o = Linear(heads * self.head_dim, dim, False)
+        object.__setattr__(self, "rotary", rotary)  # shared by all layers: not a submodule
+
+    @classmethod
+    def from_layers(cls, q: Linear, k: Linear, v: Linear, o: Linear, heads: int, kv_heads: int,
+                    rotary: RotaryEmbedding | None) -> "Attention":
+        self = _bare(cls)
+        self.heads, self.kv_heads = heads, kv_heads
+        self.head_dim = q.out_features // heads
+        self.q, self.k, self.v, self.o = q, k, v, o
+        object.__setattr__(self, "rotary", rotary)
+        return self
+
+    def forward(self, x: Tensor, cache: KVCache | None = None, mask: Tensor | None = None) -> Tensor:
+        b, t, _ = x.dims3()
+        q = self.q(x).reshape(b, t, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k(x).reshape(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v(x).reshape(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        offset = cache.length if cache is not None else 0
+        if self.rotary is not None:
+            q, k = self.rotary(q, offset), self.rotary(k, offset)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        if mask is None and t > 1:
+            mask = F.causal_mask(t, k.shape[-2])
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        return self.o(out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
+
+

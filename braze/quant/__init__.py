@@ -1,0 +1,30 @@
+"""GGML quantisation formats: type table, reference dequantisers, ``BlockTensor``."""
+
+from braze.quant.dequant import SUPPORTED_DEQUANT, dequantize
+from braze.quant.formats import (
+    BLOCK_DTYPES,
+    PLAIN_DTYPES,
+    QK_K,
+    TYPE_SIZES,
+    GGMLType,
+    block_size,
+    is_quantized,
+    row_nbytes,
+    type_size,
+)
+from braze.quant.tensor import BlockTensor
+
+__all__ = [
+    "BLOCK_DTYPES",
+    "PLAIN_DTYPES",
+    "QK_K",
+    "SUPPORTED_DEQUANT",
+    "TYPE_SIZES",
+    "BlockTensor",
+    "GGMLType",
+    "block_size",
+    "dequantize",
+    "is_quantized",
+    "row_nbytes",
+    "type_size",
+]

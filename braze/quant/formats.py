@@ -1,0 +1,137 @@
+"""GGML tensor types: their numbering, block geometry and byte layout.
+
+The numbering is the on-disk ``ggml_type`` id used by GGUF files, so it must never
+be renumbered.  Every type stores its elements in *blocks*: ``block_size`` elements
+packed into ``type_size`` bytes.  Plain types (F32, I8, ...) are blocks of one
+element.  The structured dtypes below spell out each quantised block field by field,
+so readers and kernels can address ``blocks["d"]`` instead of magic byte offsets.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import ml_dtypes
+import numpy as np
+
+QK_K = 256
+"""Elements per super-block of the K-quants."""
+
+
+class GGMLType(IntEnum):
+    """On-disk GGML tensor type ids (``ggml_type``), as written in GGUF tensor infos."""
+
+    F32 = 0
+    F16 = 1
+    Q4_0 = 2
+    Q4_1 = 3
+    Q5_0 = 6
+    Q5_1 = 7
+    Q8_0 = 8
+    Q8_1 = 9
+    Q2_K = 10
+    Q3_K = 11
+    Q4_K = 12
+    Q5_K = 13
+    Q6_K = 14
+    Q8_K = 15
+    I8 = 24
+    I16 = 25
+    I32 = 26
+    I64 = 27
+    F64 = 28
+    BF16 = 30
+
+
+def _packed(*fields: tuple) -> np.dtype:
+    """A structured dtype with no padding: GGML blocks are byte-packed C structs."""
+    return np.dtype(list(fields), align=False)
+
+
+# One entry per quantised type, field order and widths exactly as ggml's C structs.
+BLOCK_DTYPES: dict[GGMLType, np.dtype] = {
+    GGMLType.Q4_0: _packed(("d", "<f2"), ("qs", "u1", (16,))),
+    GGMLType.Q4_1: _packed(("d", "<f2"), ("m", "<f2"), ("qs", "u1", (16,))),
+    GGMLType.Q5_0: _packed(("d", "<f2"), ("qh", "u1", (4,)), ("qs", "u1", (16,))),
+    GGMLType.Q5_1: _packed(("d", "<f2"), ("m", "<f2"), ("qh", "u1", (4,)), ("qs", "u1", (16,))),
+    GGMLType.Q8_0: _packed(("d", "<f2"), ("qs", "i1", (32,))),
+    GGMLType.Q8_1: _packed(("d", "<f2"), ("s", "<f2"), ("qs", "i1", (32,))),
+    GGMLType.Q2_K: _packed(
+        ("scales", "u1", (QK_K // 16,)), ("qs", "u1", (QK_K // 4,)), ("d", "<f2"), ("dmin", "<f2")
+    ),
+    GGMLType.Q3_K: _packed(
+        ("hmask", "u1", (QK_K // 8,)), ("qs", "u1", (QK_K // 4,)), ("scales", "u1", (12,)), ("d", "<f2")
+    ),
+    GGMLType.Q4_K: _packed(
+        ("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", (12,)), ("qs", "u1", (QK_K // 2,))
+    ),
+    GGMLType.Q5_K: _packed(
+        ("d", "<f2"),
+        ("dmin", "<f2"),
+        ("scales", "u1", (12,)),
+        ("qh", "u1", (QK_K // 8,)),
+        ("qs", "u1", (QK_K // 2,)),
+    ),
+    GGMLType.Q6_K: _packed(
+        ("ql", "u1", (QK_K // 2,)), ("qh", "u1", (QK_K // 4,)), ("scales", "i1", (QK_K // 16,)), ("d", "<f2")
+    ),
+    GGMLType.Q8_K: _packed(("d", "<f4"), ("qs", "i1", (QK_K,)), ("bsums", "<i2", (QK_K // 16,))),
+}
+
+# Plain (one element per block) types and the numpy dtype they are stored as.
+PLAIN_DTYPES: dict[GGMLType, np.dtype] = {
+    GGMLType.F32: np.dtype("<f4"),
+    GGMLType.F16: np.dtype("<f2"),
+    GGMLType.BF16: np.dtype(ml_dtypes.bfloat16),
+    GGMLType.F64: np.dtype("<f8"),
+    GGMLType.I8: np.dtype("i1"),
+    GGMLType.I16: np.dtype("<i2"),
+    GGMLType.I32: np.dtype("<i4"),
+    GGMLType.I64: np.dtype("<i8"),
+}
+
+_QUANT_BLOCK_SIZE: dict[GGMLType, int] = {
+    GGMLType.Q4_0: 32,
+    GGMLType.Q4_1: 32,
+    GGMLType.Q5_0: 32,
+    GGMLType.Q5_1: 32,
+    GGMLType.Q8_0: 32,
+    GGMLType.Q8_1: 32,
+    GGMLType.Q2_K: QK_K,
+    GGMLType.Q3_K: QK_K,
+    GGMLType.Q4_K: QK_K,
+    GGMLType.Q5_K: QK_K,
+    GGMLType.Q6_K: QK_K,
+    GGMLType.Q8_K: QK_K,
+}
+
+# (elements per block, bytes per block) for every known type.
+TYPE_SIZES: dict[GGMLType, tuple[int, int]] = {
+    **{t: (1, dt.itemsize) for t, dt in PLAIN_DTYPES.items()},
+    **{t: (_QUANT_BLOCK_SIZE[t], BLOCK_DTYPES[t].itemsize) for t in BLOCK_DTYPES},
+}
+
+
+def block_size(qtype: GGMLType) -> int:
+    """Elements per block of ``qtype``."""
+    return TYPE_SIZES[GGMLType(qtype)][0]
+
+
+def type_size(qtype: GGMLType) -> int:
+    """Bytes per block of ``qtype``."""
+    return TYPE_SIZES[GGMLType(qtype)][1]
+
+
+def is_quantized(qtype: GGMLType) -> bool:
+    """True for block-quantised types (those that come out of a reader as ``BlockTensor``)."""
+    return GGMLType(qtype) in BLOCK_DTYPES
+
+
+def row_nbytes(qtype: GGMLType, n_elements: int) -> int:
+    """Bytes taken by ``n_elements`` of ``qtype``; ``n_elements`` must fill whole blocks."""
+    bs, ts = TYPE_SIZES[GGMLType(qtype)]
+    if n_elements % bs:
+        raise ValueError(
+            f"{n_elements} elements is not a multiple of the {GGMLType(qtype).name} block size {bs}"
+        )
+    return n_elements // bs * ts

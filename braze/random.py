@@ -1,0 +1,105 @@
+"""Random tensors from seeded generators (numpy's PCG64), as ``torch.manual_seed``.
+
+Random data is drawn when the op is called, not when the stream flushes, so a seeded
+program gives the same numbers however its flushes fall.
+"""
+
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from . import dtypes as dt
+from .device import CPU, as_device
+from .dtypes import as_dtype
+from .errors import DtypeMismatch
+from .layout import Layout
+from .runtime import memory
+from .storage import Storage
+from .tensor import Tensor, _shape_arg
+
+
+class Generator:
+    """A seeded source of random numbers; ``manual_seed`` resets it."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._rng = np.random.Generator(np.random.PCG64(seed))
+        self._seed = seed
+
+    def manual_seed(self, seed: int) -> "Generator":
+        self._rng = np.random.Generator(np.random.PCG64(seed))
+        self._seed = seed
+        return self
+
+    def initial_seed(self) -> int | None:
+        return self._seed
+
+    @property
+    def numpy(self) -> np.random.Generator:
+        return self._rng
+
+
+default_generator = Generator()
+
+
+def manual_seed(seed: int) -> Generator:
+    """Seed the default generator (what ``rand``/``randn`` use without ``generator=``)."""
+    return default_generator.manual_seed(seed)
+
+
+def _wrap(arr: np.ndarray, dtype: dt.DType) -> Tensor:
+    arr = np.ascontiguousarray(arr.astype(dtype.np))
+    memory.adopt(arr)
+    return Tensor(Storage(dtype, CPU, arr.size, arr.reshape(-1)), Layout.contiguous(arr.shape))
+
+
+def _float_dtype(op: str, dtype: Any) -> dt.DType:
+    d = as_dtype(dtype, op) if dtype is not None else dt.float32
+    if not d.is_floating_point:
+        raise DtypeMismatch(op, [d], "expects a floating dtype")
+    return d
+
+
+def rand(*size: Any, generator: Generator | None = None, dtype: Any = None, device: Any = None) -> Tensor:
+    """Uniform on [0, 1)."""
+    as_device(device, "rand")
+    d = _float_dtype("rand", dtype)
+    shape = _shape_arg("rand", size)
+    memory.check(prod(shape) * d.itemsize, "rand")
+    rng = (generator or default_generator).numpy
+    return _wrap(rng.random(shape, dtype=np.float64 if d is dt.float64 else np.float32), d)
+
+
+def randn(*size: Any, generator: Generator | None = None, dtype: Any = None, device: Any = None) -> Tensor:
+    """Standard normal."""
+    as_device(device, "randn")
+    d = _float_dtype("randn", dtype)
+    shape = _shape_arg("randn", size)
+    memory.check(prod(shape) * d.itemsize, "randn")
+    rng = (generator or default_generator).numpy
+    return _wrap(rng.standard_normal(shape, dtype=np.float64 if d is dt.float64 else np.float32), d)
+
+
+def randint(low: int, high: int | None = None, size: Any = (), *, generator: Generator | None = None,
+            dtype: Any = None, device: Any = None) -> Tensor:
+    """Integers uniform on [low, high)."""
+    as_device(device, "randint")
+    if high is None:
+        low, high = 0, low
+    d = as_dtype(dtype, "randint") if dtype is not None else dt.int64
+    shape = _shape_arg("randint", (size,) if not isinstance(size, (tuple, list)) else tuple(size))
+    rng = (generator or default_generator).numpy
+    return _wrap(rng.integers(low, high, shape), d)
+
+
+def rand_like(x: Tensor, *, generator: Generator | None = None, dtype: Any = None) -> Tensor:
+    return rand(x.shape, generator=generator, dtype=dtype or x.dtype)
+
+
+def randn_like(x: Tensor, *, generator: Generator | None = None, dtype: Any = None) -> Tensor:
+    return randn(x.shape, generator=generator, dtype=dtype or x.dtype)
+
+
+__all__ = ["Generator", "manual_seed", "rand", "randn", "randint", "rand_like", "randn_like", "default_generator"]

@@ -1,0 +1,1 @@
+"""Executors and memory: the reference executor now, compiled backends later."""

@@ -1,0 +1,35 @@
+"""Counters that tell what braze did: nodes recorded, flushes, kernels, memory.
+
+Tests assert on them (a view allocates nothing; a fused program is one kernel) and
+``braze --stats`` prints them. ``live_bytes`` is the memory braze holds now;
+``peak_bytes`` its high-water mark since the last reset.
+"""
+
+from __future__ import annotations
+
+COUNTERS: dict[str, int] = dict(
+    nodes_recorded=0,
+    flushes=0,
+    kernel_launches=0,
+    kernels_compiled=0,
+    allocations=0,
+    pool_hits=0,
+    bytes_allocated=0,
+    live_bytes=0,
+    peak_bytes=0,
+    plan_hits=0,
+    plan_misses=0,
+)
+
+
+def stats() -> dict[str, int]:
+    """A snapshot of the counters."""
+    return dict(COUNTERS)
+
+
+def reset_stats() -> None:
+    """Zero the counters; ``peak_bytes`` restarts from what is live now."""
+    for k in COUNTERS:
+        if k != "live_bytes":
+            COUNTERS[k] = 0
+    COUNTERS["peak_bytes"] = COUNTERS["live_bytes"]

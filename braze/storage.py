@@ -1,0 +1,66 @@
+"""Storage: the flat memory behind one or more tensors.
+
+A tensor is a Layout over a Storage. Views share the Storage object, so
+``shares_storage`` is an identity test and a write through any view is seen by all.
+A Storage is *pending* while the node that produces it waits on the stream, and
+*realised* once its flat numpy array exists. A flush that fails poisons the storages
+it could not produce, so reading them raises that error instead of garbage.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .device import Device
+from .dtypes import DType
+from .errors import BrazeError
+
+if TYPE_CHECKING:
+    from .stream import Node
+
+_ids = itertools.count()
+
+
+class Storage:
+    __slots__ = ("dtype", "device", "numel", "array", "producer", "error", "readonly", "owner", "id", "__weakref__")
+
+    def __init__(self, dtype: DType, device: Device, numel: int, array: np.ndarray | None = None,
+                 *, readonly: bool = False, owner: Any = None) -> None:
+        self.dtype = dtype
+        self.device = device
+        self.numel = numel
+        self.array = array
+        self.producer: Node | None = None
+        self.error: BaseException | None = None
+        self.readonly = readonly
+        self.owner = owner  # keeps what the array points into alive (an mmap, a file)
+        self.id = next(_ids)
+
+    @property
+    def realized(self) -> bool:
+        return self.array is not None
+
+    def data(self) -> np.ndarray:
+        """The flat array; raises the error of the flush that failed to produce it."""
+        if self.array is None:
+            if self.error is not None:
+                raise BrazeError(f"this tensor was not computed because an earlier flush failed: {self.error}")
+            raise BrazeError("internal: storage read before it was computed")
+        return self.array
+
+    def __repr__(self) -> str:
+        state = "realized" if self.array is not None else "pending"
+        return f"Storage(#{self.id}, {self.dtype.name}, {self.numel}, {state})"
+
+
+def strided(array: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...], offset: int,
+            writeable: bool = False) -> np.ndarray:
+    """A numpy view of ``array`` (flat) with element strides and offset: zero-copy."""
+    if 0 in shape:
+        return np.empty(shape, dtype=array.dtype)
+    item = array.itemsize
+    base = array[offset:]
+    return np.lib.stride_tricks.as_strided(base, shape, tuple(s * item for s in strides), writeable=writeable)

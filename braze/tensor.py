@@ -1,0 +1,1427 @@
+"""Tensor: eager to write, lazy to run.
+
+A Tensor is a dtype and device, a Layout, and a Storage. Calling an op checks the
+operands at once (shapes, dtypes, devices: a mistake raises a typed error at the
+user's line and records nothing), then records one node on the device's stream and
+returns a tensor over a pending storage. Movement ops (view, permute, slicing, expand)
+record nothing at all: they return a new Layout over the same Storage.
+
+Follow one tensor: ``a + b`` -> ``_binary`` broadcasts both operands with stride-0
+views (``layout.py``) -> ``_record`` runs the op's shape and dtype rules
+(``ops/registry.py``) and appends a node to ``stream.py`` -> a sync point such as
+``numpy()`` flushes the stream to the executor (``runtime/reference.py`` today).
+"""
+
+from __future__ import annotations
+
+import builtins as _b
+import functools
+import math
+from math import prod
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
+
+import numpy as np
+
+from . import dtypes as dt
+from .device import CPU, Device, as_device
+from .dtypes import DType, as_dtype
+from .errors import (
+    BrazeError,
+    DeviceMismatch,
+    DimOutOfRange,
+    DtypeMismatch,
+    IndexOutOfRange,
+    RankMismatch,
+    ShapeMismatch,
+    Unsupported,
+)
+from .layout import Layout, Shape, broadcast_shapes, normalize_dim, normalize_dims
+from .ops.registry import REGISTRY
+from .runtime import memory
+from .storage import Storage, strided
+from .stream import Node, Operand, stream
+
+Scalar = int | float | bool
+
+
+class ValuesIndices(NamedTuple):
+    """What ``max(dim)``, ``min(dim)``, ``sort`` and ``topk`` return, as in PyTorch."""
+
+    values: "Tensor"
+    indices: "Tensor"
+
+
+def _shape_arg(op: str, shape: tuple[Any, ...]) -> Shape:
+    """Accept ``f(2, 3)`` and ``f((2, 3))``; sizes must be non-negative ints."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    out = []
+    for n in shape:
+        if isinstance(n, Tensor):
+            n = n.item()
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool):
+            raise ShapeMismatch(op, [tuple(shape)], f"sizes must be ints, got {n!r}")
+        if n < 0:
+            raise ShapeMismatch(op, [tuple(shape)], f"negative size {n}")
+        out.append(int(n))
+    return tuple(out)
+
+
+class Tensor:
+    __slots__ = ("_storage", "_layout", "__weakref__")
+    __array_priority__ = 1000  # numpy defers ``ndarray + Tensor`` to Tensor.__radd__
+
+    def __init__(self, storage: Storage, layout: Layout) -> None:
+        self._storage = storage
+        self._layout = layout
+
+    # -- metadata ------------------------------------------------------------------------
+    @property
+    def dtype(self) -> DType:
+        return self._storage.dtype
+
+    @property
+    def device(self) -> Device:
+        return self._storage.device
+
+    @property
+    def shape(self) -> Shape:
+        return self._layout.shape
+
+    @property
+    def layout(self) -> Layout:
+        return self._layout
+
+    @property
+    def ndim(self) -> int:
+        return len(self._layout.shape)
+
+    def size(self, dim: int | None = None) -> Any:
+        if dim is None:
+            return self.shape
+        return self.shape[normalize_dim("size", dim, self.ndim)]
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def numel(self) -> int:
+        return self._layout.numel
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self.dtype.itemsize
+
+    def stride(self, dim: int | None = None) -> Any:
+        if dim is None:
+            return self._layout.strides
+        return self._layout.strides[normalize_dim("stride", dim, self.ndim)]
+
+    def storage_offset(self) -> int:
+        return self._layout.offset
+
+    def is_contiguous(self) -> bool:
+        return self._layout.is_contiguous()
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_floating_point
+
+    def shares_storage(self, other: "Tensor") -> bool:
+        """True when both tensors are views of one storage (a write to one may show in the other)."""
+        return self._storage is other._storage
+
+    def _dims(self, n: int) -> Shape:
+        if self.ndim != n:
+            raise RankMismatch(f"dims{n}", n, self.shape)
+        return self.shape
+
+    def dims0(self) -> Shape:
+        return self._dims(0)
+
+    def dims1(self) -> tuple[int]:
+        return self._dims(1)  # type: ignore[return-value]
+
+    def dims2(self) -> tuple[int, int]:
+        return self._dims(2)  # type: ignore[return-value]
+
+    def dims3(self) -> tuple[int, int, int]:
+        return self._dims(3)  # type: ignore[return-value]
+
+    def dims4(self) -> tuple[int, int, int, int]:
+        return self._dims(4)  # type: ignore[return-value]
+
+    def dims5(self) -> tuple[int, int, int, int, int]:
+        return self._dims(5)  # type: ignore[return-value]
+
+    # -- sync points ---------------------------------------------------------------------
+    def realize(self) -> "Tensor":
+        """Run everything recorded so far; the tensor's data then exists."""
+        stream(str(self.device)).flush()
+        self._storage.data()
+        return self
+
+    def numpy(self) -> np.ndarray:
+        """A zero-copy numpy view of the data (flushes the stream first)."""
+        self.realize()
+        lay = self._layout
+        return strided(self._storage.data(), lay.shape, lay.strides, lay.offset,
+                       writeable=not self._storage.readonly)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        arr = self.numpy()
+        if dtype is not None and np.dtype(dtype) != arr.dtype:
+            return arr.astype(dtype)
+        return arr.copy() if copy else arr
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.numpy().__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU
+
+    def item(self) -> Scalar:
+        if self.numel() != 1:
+            raise ShapeMismatch("item", [self.shape], "only a one-element tensor converts to a Python scalar")
+        return self.numpy().reshape(()).item()  # type: ignore[no-any-return]
+
+    def tolist(self) -> Any:
+        arr = self.numpy()
+        if self.dtype.is_half:
+            arr = arr.astype(np.float32)
+        return arr.tolist()
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise ShapeMismatch("__bool__", [self.shape], "the truth value of a tensor with more than one element is ambiguous")
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if not self.dtype.is_integer or self.numel() != 1:
+            raise DtypeMismatch("__index__", [self.dtype], "only a one-element integer tensor can be used as an index")
+        return int(self.item())
+
+    def __repr__(self) -> str:
+        arr = self.numpy()
+        if self.dtype.is_half:
+            arr = arr.astype(np.float32)
+        body = np.array2string(arr, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3,
+                               precision=4, suppress_small=True)
+        extra = "" if self.dtype in (dt.float32, dt.int64, dt.bool_) else f", dtype={self.dtype!r}"
+        return f"tensor({body}{extra})"
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self) -> Iterator["Tensor"]:
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    # -- recording -----------------------------------------------------------------------
+    def _view(self, layout: Layout) -> "Tensor":
+        return Tensor(self._storage, layout)
+
+    # -- conversion ----------------------------------------------------------------------
+    def to(self, *args: Any, **kwargs: Any) -> "Tensor":
+        """``to(dtype)``, ``to(device)``, ``to(device, dtype)`` or ``to(other)``; casting
+        is always explicit in braze, and this is how it is done."""
+        dtype = kwargs.pop("dtype", None)
+        device = kwargs.pop("device", None)
+        if kwargs:
+            raise Unsupported("to", f"unknown arguments {sorted(kwargs)}")
+        for a in args:
+            if isinstance(a, Tensor):
+                dtype, device = a.dtype, a.device
+            elif isinstance(a, (DType, np.dtype, type)) or (isinstance(a, str) and a.split(":")[0] not in ("cpu", "cuda")):
+                dtype = a
+            else:
+                device = a
+        if device is not None:
+            as_device(device, "to")
+        if dtype is None or as_dtype(dtype, "to") is self.dtype:
+            return self
+        return _record("cast", [self], dtype=as_dtype(dtype, "to"))
+
+    def float(self) -> "Tensor":
+        return self.to(dt.float32)
+
+    def double(self) -> "Tensor":
+        return self.to(dt.float64)
+
+    def half(self) -> "Tensor":
+        return self.to(dt.float16)
+
+    def bfloat16(self) -> "Tensor":
+        return self.to(dt.bfloat16)
+
+    def int(self) -> "Tensor":
+        return self.to(dt.int32)
+
+    def long(self) -> "Tensor":
+        return self.to(dt.int64)
+
+    def bool(self) -> "Tensor":
+        return self.to(dt.bool_)
+
+    def cpu(self) -> "Tensor":
+        return self
+
+    def detach(self) -> "Tensor":
+        return self
+
+    def clone(self) -> "Tensor":
+        return _record("copy", [self])
+
+    def contiguous(self) -> "Tensor":
+        return self if self.is_contiguous() else _record("copy", [self])
+
+    # -- movement: views, no node ------------------------------------------------------------
+    def view(self, *shape: Any) -> "Tensor":
+        shape_ = _infer_shape("view", self, _shape_arg_infer("view", shape))
+        lay = self._layout.view(shape_)
+        if lay is None:
+            raise ShapeMismatch("view", [self.shape, shape_],
+                                f"the strides {self.stride()} cannot be viewed as this shape; use reshape() (which copies)")
+        return self._view(lay)
+
+    def reshape(self, *shape: Any) -> "Tensor":
+        shape_ = _infer_shape("reshape", self, _shape_arg_infer("reshape", shape))
+        lay = self._layout.view(shape_)
+        if lay is not None:
+            return self._view(lay)
+        return _record("copy", [self])._view(Layout.contiguous(shape_))
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "Tensor":
+        if self.ndim == 0:
+            return self.reshape(1)
+        s = normalize_dim("flatten", start_dim, self.ndim)
+        e = normalize_dim("flatten", end_dim, self.ndim)
+        if s > e:
+            raise DimOutOfRange("flatten", start_dim, self.ndim, f"start_dim {start_dim} is after end_dim {end_dim}")
+        return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> "Tensor":
+        d = normalize_dim("unflatten", dim, self.ndim)
+        sizes_ = _infer_shape("unflatten", self, tuple(sizes), numel=self.shape[d])
+        return self.view(self.shape[:d] + sizes_ + self.shape[d + 1:])
+
+    def permute(self, *dims: Any) -> "Tensor":
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = tuple(dims[0])
+        if len(dims) != self.ndim:
+            raise RankMismatch("permute", len(dims), self.shape)
+        norm = [normalize_dim("permute", d, self.ndim) for d in dims]
+        if sorted(norm) != list(range(self.ndim)):
+            raise DimOutOfRange("permute", dims[0], self.ndim, f"dims {dims} are not a permutation")
+        return self._view(self._layout.permute(norm))
+
+    def transpose(self, dim0: int, dim1: int) -> "Tensor":
+        if self.ndim == 0:
+            return self
+        a = normalize_dim("transpose", dim0, self.ndim)
+        b = normalize_dim("transpose", dim1, self.ndim)
+        return self._view(self._layout.transpose(a, b))
+
+    def t(self) -> "Tensor":
+        if self.ndim > 2:
+            raise RankMismatch("t", "<= 2", self.shape)
+        return self.transpose(0, 1) if self.ndim == 2 else self
+
+    @property
+    def T(self) -> "Tensor":
+        return self.permute(list(range(self.ndim))[::-1])
+
+    @property
+    def mT(self) -> "Tensor":
+        if self.ndim < 2:
+            raise RankMismatch("mT", ">= 2", self.shape)
+        return self.transpose(-2, -1)
+
+    def squeeze(self, dim: int | Sequence[int] | None = None) -> "Tensor":
+        dims = normalize_dims("squeeze", dim, self.ndim) if self.ndim else ()
+        return self._view(self._layout.squeeze(dims))
+
+    def unsqueeze(self, dim: int) -> "Tensor":
+        d = normalize_dim("unsqueeze", dim, self.ndim, extra=1)
+        return self._view(self._layout.unsqueeze(d))
+
+    def expand(self, *shape: Any) -> "Tensor":
+        sizes = _shape_arg_infer("expand", shape)
+        if len(sizes) < self.ndim:
+            raise ShapeMismatch("expand", [self.shape, sizes], "the new shape has fewer dims than the tensor")
+        lead = len(sizes) - self.ndim
+        target = []
+        for i, n in enumerate(sizes):
+            old = self.shape[i - lead] if i >= lead else None
+            if n == -1:
+                if old is None:
+                    raise ShapeMismatch("expand", [self.shape, sizes], "-1 is not allowed for a new leading dim")
+                n = old
+            elif old is not None and old != n and old != 1:
+                raise ShapeMismatch("expand", [self.shape, sizes], f"dim {i} of size {old} cannot expand to {n}")
+            target.append(n)
+        return self._view(self._layout.expand(tuple(target)))
+
+    def expand_as(self, other: "Tensor") -> "Tensor":
+        return self.expand(other.shape)
+
+    def broadcast_to(self, *shape: Any) -> "Tensor":
+        return self.expand(*shape)
+
+    def narrow(self, dim: int, start: int, length: int) -> "Tensor":
+        d = normalize_dim("narrow", dim, self.ndim)
+        n = self.shape[d]
+        if start < 0:
+            start += n
+        if not (0 <= start <= n and 0 <= length and start + length <= n):
+            raise IndexOutOfRange("narrow", start + length if start >= 0 else start, n, d)
+        return self._view(self._layout.slice(d, start, start + length, 1))
+
+    def select(self, dim: int, index: int) -> "Tensor":
+        d = normalize_dim("select", dim, self.ndim)
+        n = self.shape[d]
+        if not -n <= index < n:
+            raise IndexOutOfRange("select", index, n, d)
+        return self._view(self._layout.select(d, index % n))
+
+    def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple["Tensor", ...]:
+        d = normalize_dim("split", dim, self.ndim)
+        n = self.shape[d]
+        if isinstance(split_size, int):
+            if split_size <= 0:
+                raise ShapeMismatch("split", [self.shape], f"split_size must be positive, got {split_size}")
+            sizes = [_b.min(split_size, n - s) for s in range(0, n, split_size)] or [0]
+        else:
+            sizes = list(split_size)
+            if _b.sum(sizes) != n:
+                raise ShapeMismatch("split", [self.shape], f"sizes {sizes} do not sum to {n} (dim {dim})")
+        out, start = [], 0
+        for s in sizes:
+            out.append(self.narrow(d, start, s))
+            start += s
+        return tuple(out)
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple["Tensor", ...]:
+        if chunks <= 0:
+            raise ShapeMismatch("chunk", [self.shape], f"chunks must be positive, got {chunks}")
+        d = normalize_dim("chunk", dim, self.ndim)
+        return self.split(_b.max(1, math.ceil(self.shape[d] / chunks)), d)
+
+    def unbind(self, dim: int = 0) -> tuple["Tensor", ...]:
+        d = normalize_dim("unbind", dim, self.ndim)
+        return tuple(self.select(d, i) for i in range(self.shape[d]))
+
+    def repeat(self, *sizes: Any) -> "Tensor":
+        reps = _shape_arg("repeat", sizes)
+        if len(reps) < self.ndim:
+            raise ShapeMismatch("repeat", [self.shape, reps], "fewer repeat counts than dims")
+        x = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
+        inter = []
+        for r, n in zip(reps, x.shape):
+            inter += [r, n]
+        x = x.reshape(tuple(v for n in x.shape for v in (1, n))).expand(tuple(inter))
+        return x.reshape(tuple(r * n for r, n in zip(reps, self.reshape((1,) * (len(reps) - self.ndim) + self.shape).shape)))
+
+    # -- indexing ------------------------------------------------------------------------
+    def __getitem__(self, index: Any) -> "Tensor":
+        return _getitem(self, index)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        _setitem(self, index, value)
+
+    # -- in-place writes -------------------------------------------------------------------
+    def copy_(self, src: "Tensor | Scalar | np.ndarray") -> "Tensor":
+        """Write ``src`` (broadcast, cast to this dtype) into this tensor's memory. The
+        write is a node on the stream, so reads recorded before it see the old values
+        and reads recorded after it, through any view, see the new ones."""
+        _check_writable("copy_", self)
+        if not isinstance(src, Tensor):
+            src = _as_tensor_like(src, self, "copy_")
+        _same_device("copy_", [self, src])
+        _broadcast_to("copy_", src, self.shape)  # check before the cast records anything
+        if src.dtype is not self.dtype:
+            src = src.to(self.dtype)
+        src = _broadcast_to("copy_", src, self.shape)
+        node = Node(REGISTRY["assign"], (Operand(src._storage, src._layout),),
+                    (Operand(self._storage, self._layout),), {})
+        stream(str(self.device)).record(node)
+        return self
+
+    def fill_(self, value: Scalar) -> "Tensor":
+        return self.copy_(value)
+
+    def zero_(self) -> "Tensor":
+        return self.copy_(0)
+
+    def _inplace(self, op: str, compute: Callable[[], "Tensor"]) -> "Tensor":
+        """``x.add_(y)`` is ``x.copy_(x + y)``, checked as one call: a read-only ``x``
+        is refused before anything is recorded, and a result that would change x's
+        dtype or shape (``y`` broadcasting x bigger) takes back the recorded ``x + y``."""
+        _check_writable(op, self)
+        with stream(str(self.device)).atomic():
+            result = compute()
+            if result.dtype is not self.dtype:
+                raise DtypeMismatch(op, [self.dtype, result.dtype],
+                                    "the in-place result would change the dtype; use the out-of-place op")
+            if result.shape != self.shape:
+                raise ShapeMismatch(op, [self.shape, result.shape],
+                                    "the in-place result would change the shape; use the out-of-place op")
+            return self.copy_(result)
+
+    def add_(self, other: Any) -> "Tensor":
+        return self._inplace("add_", lambda: self + other)
+
+    def sub_(self, other: Any) -> "Tensor":
+        return self._inplace("sub_", lambda: self - other)
+
+    def mul_(self, other: Any) -> "Tensor":
+        return self._inplace("mul_", lambda: self * other)
+
+    def div_(self, other: Any) -> "Tensor":
+        return self._inplace("div_", lambda: self / other)
+
+    def clamp_(self, min: Any = None, max: Any = None) -> "Tensor":
+        return self._inplace("clamp_", lambda: self.clamp(min, max))
+
+    def masked_fill_(self, mask: "Tensor", value: Any) -> "Tensor":
+        return self._inplace("masked_fill_", lambda: self.masked_fill(mask, value))
+
+    def __iadd__(self, other: Any) -> "Tensor":
+        return self.add_(other)
+
+    def __isub__(self, other: Any) -> "Tensor":
+        return self.sub_(other)
+
+    def __imul__(self, other: Any) -> "Tensor":
+        return self.mul_(other)
+
+    def __itruediv__(self, other: Any) -> "Tensor":
+        return self.div_(other)
+
+    # -- element-wise ------------------------------------------------------------------------
+    def __neg__(self) -> "Tensor":
+        return _unary("neg", self)
+
+    def __pos__(self) -> "Tensor":
+        return self
+
+    def __abs__(self) -> "Tensor":
+        return _unary("abs", self)
+
+    def __invert__(self) -> "Tensor":
+        if self.dtype is not dt.bool_:
+            raise Unsupported("__invert__", f"~ is logical not on bool tensors; got {self.dtype.name}")
+        return _unary("logical_not", self)
+
+    def __add__(self, o: Any) -> "Tensor":
+        return _binary("add", self, o)
+
+    def __radd__(self, o: Any) -> "Tensor":
+        return _binary("add", o, self)
+
+    def __sub__(self, o: Any) -> "Tensor":
+        return _binary("sub", self, o)
+
+    def __rsub__(self, o: Any) -> "Tensor":
+        return _binary("sub", o, self)
+
+    def __mul__(self, o: Any) -> "Tensor":
+        return _binary("mul", self, o)
+
+    def __rmul__(self, o: Any) -> "Tensor":
+        return _binary("mul", o, self)
+
+    def __truediv__(self, o: Any) -> "Tensor":
+        return _binary("div", self, o)
+
+    def __rtruediv__(self, o: Any) -> "Tensor":
+        return _binary("div", o, self)
+
+    def __floordiv__(self, o: Any) -> "Tensor":
+        return _binary("floor_divide", self, o)
+
+    def __rfloordiv__(self, o: Any) -> "Tensor":
+        return _binary("floor_divide", o, self)
+
+    def __mod__(self, o: Any) -> "Tensor":
+        return _binary("remainder", self, o)
+
+    def __rmod__(self, o: Any) -> "Tensor":
+        return _binary("remainder", o, self)
+
+    def __pow__(self, o: Any) -> "Tensor":
+        return pow(self, o)
+
+    def __rpow__(self, o: Any) -> "Tensor":
+        return _binary("pow", o, self)
+
+    def __matmul__(self, o: Any) -> "Tensor":
+        return matmul(self, o)
+
+    def __rmatmul__(self, o: Any) -> "Tensor":
+        return matmul(o, self)
+
+    def __eq__(self, o: Any) -> "Tensor":  # type: ignore[override]
+        return _binary("eq", self, o)
+
+    def __ne__(self, o: Any) -> "Tensor":  # type: ignore[override]
+        return _binary("ne", self, o)
+
+    def __lt__(self, o: Any) -> "Tensor":
+        return _binary("lt", self, o)
+
+    def __le__(self, o: Any) -> "Tensor":
+        return _binary("le", self, o)
+
+    def __gt__(self, o: Any) -> "Tensor":
+        return _binary("gt", self, o)
+
+    def __ge__(self, o: Any) -> "Tensor":
+        return _binary("ge", self, o)
+
+    def __and__(self, o: Any) -> "Tensor":
+        return _logical("logical_and", self, o)
+
+    def __rand__(self, o: Any) -> "Tensor":
+        return _logical("logical_and", o, self)
+
+    def __or__(self, o: Any) -> "Tensor":
+        return _logical("logical_or", self, o)
+
+    def __ror__(self, o: Any) -> "Tensor":
+        return _logical("logical_or", o, self)
+
+    def __xor__(self, o: Any) -> "Tensor":
+        return _logical("logical_xor", self, o)
+
+
+# -- method forms shared with the function forms ---------------------------------------------
+# One list of names; each becomes ``Tensor.name`` and ``braze.name`` (see bottom of file).
+
+def _unary(op: str, x: "Tensor") -> Tensor:
+    return _record(op, [_check_tensor(op, x)])
+
+
+def _check_tensor(op: str, x: Any) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise Unsupported(op, f"expected a braze Tensor, got {type(x).__name__}")
+    return x
+
+
+def _check_writable(op: str, x: Tensor) -> None:
+    if x._storage.readonly:
+        raise Unsupported(op, "this tensor is read-only (it views a read-only buffer such as a memory-mapped "
+                              "model file); clone() it first")
+    # An expanded (stride-0) view aliases one element at many indices: which write
+    # wins would be up to the backend's loop order, so refuse it, as PyTorch does.
+    if _b.any(s == 0 and n > 1 for n, s in zip(x.shape, x.stride())):
+        raise Unsupported(op, f"cannot write to an expanded tensor (shape {x.shape}, strides {x.stride()}): "
+                              "several of its elements share one memory location; clone() it first")
+
+
+def _same_device(op: str, tensors: Sequence[Tensor]) -> Device:
+    dev = tensors[0].device if tensors else CPU
+    for t in tensors[1:]:
+        if t.device != dev:
+            raise DeviceMismatch(op, [x.device for x in tensors])
+    return dev
+
+
+def _atomic(fn: Any) -> Any:
+    """For composite ops that record several nodes (a cast, then the reduction; a
+    maximum, then a minimum): when a later step's check raises, the earlier nodes are
+    taken back, so the error leaves nothing half-recorded on the stream."""
+    @functools.wraps(fn)
+    def wrapper(input: Any, *args: Any, **kwargs: Any) -> Any:
+        dev = input.device if isinstance(input, Tensor) else CPU
+        with stream(str(dev)).atomic():
+            return fn(input, *args, **kwargs)
+    return wrapper
+
+
+def _record(op: str, inputs: Sequence[Tensor], **attrs: Any) -> Any:
+    """Check ``inputs`` with the op's rules, then append one node; returns the output
+    tensor (or a tuple for multi-output ops). Nothing is recorded if a rule raises."""
+    opdef = REGISTRY[op]
+    device = _same_device(op, inputs)
+    shapes = opdef.shape(op, [t.shape for t in inputs], attrs)
+    dtypes = opdef.dtype(op, [t.dtype for t in inputs], attrs)
+    memory.check(_b.sum(prod(s) * d.itemsize for s, d in zip(shapes, dtypes)), op)
+    outs = [Tensor(Storage(d, device, prod(s)), Layout.contiguous(s)) for s, d in zip(shapes, dtypes)]
+    node = Node(opdef, tuple(Operand(t._storage, t._layout) for t in inputs),
+                tuple(Operand(t._storage, t._layout) for t in outs), attrs)
+    stream(str(device)).record(node)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+_CONSTS: dict[tuple[str, bytes], Storage] = {}
+
+
+def _constant(value: Scalar, dtype: DType) -> Tensor:
+    """A 0-d realised tensor holding ``value``; shared per (dtype, value) because
+    scalars recur in every step of a loop. Internal: never handed to the user to write."""
+    arr = np.asarray(value).astype(dtype.np).reshape(1)
+    key = (dtype.name, arr.tobytes())
+    st = _CONSTS.get(key)
+    if st is None:
+        if len(_CONSTS) > 4096:
+            _CONSTS.clear()
+        st = _CONSTS[key] = Storage(dtype, CPU, 1, arr, readonly=True)
+    return Tensor(st, Layout((), ()))
+
+
+def _scalar_to(op: str, value: Any, dtype: DType) -> Tensor:
+    """A Python scalar takes the tensor's dtype, if it fits exactly; braze never promotes."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if not isinstance(value, (bool, int, float)):
+        raise Unsupported(op, f"cannot combine a tensor with {type(value).__name__}")
+    if dtype.is_integer or dtype is dt.bool_:
+        if isinstance(value, float) and not (math.isfinite(value) and value == int(value)):
+            raise DtypeMismatch(op, [dtype, "float scalar"],
+                                f"the scalar {value!r} does not fit {dtype.name}; cast the tensor with .to(dtype)")
+        ivalue = int(value)
+        info = np.iinfo(dtype.np) if dtype.is_integer else None
+        if info is not None and not info.min <= ivalue <= info.max:
+            raise DtypeMismatch(op, [dtype, "int scalar"], f"the scalar {value!r} is out of range for {dtype.name}")
+        if dtype is dt.bool_ and ivalue not in (0, 1):
+            raise DtypeMismatch(op, [dtype, "int scalar"], f"the scalar {value!r} is not a bool")
+        return _constant(ivalue, dtype)
+    return _constant(value, dtype)
+
+
+def _as_tensor_like(value: Any, like: Tensor, op: str) -> Tensor:
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, np.ndarray):
+        return from_numpy(value)
+    return _scalar_to(op, value, like.dtype)
+
+
+def _broadcast_to(op: str, t: Tensor, shape: Shape) -> Tensor:
+    if t.shape == shape:
+        return t
+    broadcast_shapes(op, t.shape, shape)
+    if len(t.shape) > len(shape) or broadcast_shapes(op, t.shape, shape) != shape:
+        raise ShapeMismatch(op, [t.shape, shape], "cannot broadcast to the target shape")
+    return t._view(t._layout.expand(shape))
+
+
+def _operands(op: str, *xs: Any) -> list[Tensor]:
+    """Tensors and scalars of a element-wise op, broadcast to one shape. Scalars take the
+    dtype of the first tensor operand (of the last for ``where``'s branches)."""
+    tensors = [x for x in xs if isinstance(x, Tensor)]
+    if not tensors:
+        raise Unsupported(op, "needs at least one tensor operand")
+    _same_device(op, tensors)
+    like = tensors[0]
+    ts = [x if isinstance(x, Tensor) else _as_tensor_like(x, like, op) for x in xs]
+    shape = broadcast_shapes(op, *(t.shape for t in ts))
+    return [_broadcast_to(op, t, shape) for t in ts]
+
+
+def _binary(op: str, a: Any, b: Any) -> Tensor:
+    ts = _operands(op, a, b)
+    if ts[0].dtype is dt.bool_ and ts[1].dtype is dt.bool_ and op in ("add", "sub", "mul", "div", "floor_divide",
+                                                                     "remainder", "pow"):
+        raise DtypeMismatch(op, [dt.bool_, dt.bool_], "arithmetic on bool tensors: cast to an integer dtype first")
+    return _record(op, ts)  # type: ignore[no-any-return]
+
+
+def _logical(op: str, a: Any, b: Any) -> Tensor:
+    return _binary(op, a, b)
+
+
+def _infer_shape(op: str, x: Tensor, shape: Shape, numel: int | None = None) -> Shape:
+    """Resolve one -1 in a target shape and check the element count."""
+    numel = x.numel() if numel is None else numel
+    if list(shape).count(-1) > 1:
+        raise ShapeMismatch(op, [x.shape, shape], "only one dimension can be -1")
+    if -1 in shape:
+        known = prod(n for n in shape if n != -1)
+        if known == 0 or numel % known:
+            raise ShapeMismatch(op, [x.shape, shape], f"cannot infer -1 for {numel} elements")
+        shape = tuple(numel // known if n == -1 else n for n in shape)
+    if prod(shape) != numel:
+        raise ShapeMismatch(op, [x.shape, shape], f"{numel} elements cannot take shape {shape}")
+    return shape
+
+
+def _shape_arg_infer(op: str, shape: tuple[Any, ...]) -> Shape:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    out = []
+    for n in shape:
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < -1:
+            raise ShapeMismatch(op, [tuple(shape)], f"bad size {n!r}")
+        out.append(int(n))
+    return tuple(out)
+
+
+# -- indexing ----------------------------------------------------------------------------------
+
+def _expand_index(x: Tensor, index: Any) -> tuple[Any, ...]:
+    if not isinstance(index, tuple):
+        index = (index,)
+    n_real = _b.sum(1 for i in index if i is not None and i is not Ellipsis and not (
+        isinstance(i, Tensor) and i.dtype is dt.bool_) and not isinstance(i, bool))
+    n_real += _b.sum(i.ndim for i in index if isinstance(i, Tensor) and i.dtype is dt.bool_)
+    if _b.sum(1 for i in index if i is Ellipsis) > 1:
+        raise Unsupported("__getitem__", "only one ellipsis is allowed")
+    if n_real > x.ndim:
+        raise DimOutOfRange("__getitem__", n_real - 1, x.ndim, f"too many indices ({n_real}) for a tensor of rank {x.ndim}")
+    if Ellipsis in [i for i in index if not isinstance(i, Tensor)]:
+        pos = [k for k, i in enumerate(index) if i is Ellipsis and not isinstance(i, Tensor)][0]
+        index = index[:pos] + (slice(None),) * (x.ndim - n_real) + index[pos + 1:]
+    return index
+
+
+def _getitem(x: Tensor, index: Any) -> Tensor:
+    """Basic indexing is a view; one integer-tensor (or list) index becomes
+    ``index_select``; a bool mask needs its data, so it is a sync point."""
+    index = _expand_index(x, index)
+    lay = x._layout
+    dim = 0
+    advanced: list[tuple[int, Tensor]] = []
+    for item in index:
+        if item is None:
+            lay = lay.unsqueeze(dim)
+            dim += 1
+        elif isinstance(item, (bool, np.bool_)):
+            raise Unsupported("__getitem__", "indexing with a Python bool is not supported")
+        elif isinstance(item, (int, np.integer)):
+            n = lay.shape[dim]
+            if not -n <= item < n:
+                raise IndexOutOfRange("__getitem__", int(item), n, dim)
+            lay = lay.select(dim, int(item) % n)
+        elif isinstance(item, slice):
+            n = lay.shape[dim]
+            step = 1 if item.step is None else int(item.step)
+            if step <= 0:
+                raise Unsupported("__getitem__", f"slice step must be positive, got {step}")
+            start, stop, _ = slice(item.start, item.stop, 1).indices(n)
+            lay = lay.slice(dim, start, _b.max(start, stop), step)
+            dim += 1
+        elif isinstance(item, (Tensor, list, np.ndarray)):
+            t = item if isinstance(item, Tensor) else tensor(item)
+            if t.dtype is dt.bool_:
+                if t.shape != lay.shape[dim:dim + t.ndim]:
+                    raise ShapeMismatch("__getitem__", [lay.shape, t.shape], "bool mask shape must match the indexed dims")
+                idx = np.flatnonzero(t.numpy().reshape(-1))
+                merged = Tensor(x._storage, lay).flatten(dim, dim + t.ndim - 1) if t.ndim else Tensor(x._storage, lay).unsqueeze(dim)
+                lay = merged._layout
+                advanced.append((dim, tensor(idx.astype(np.int64))))
+            else:
+                if not t.dtype.is_integer:
+                    raise DtypeMismatch("__getitem__", [t.dtype], "index tensors must be integer or bool")
+                advanced.append((dim, t))
+            dim += 1
+        else:
+            raise Unsupported("__getitem__", f"cannot index with {type(item).__name__}")
+    out = Tensor(x._storage, lay)
+    if not advanced:
+        return out
+    if len(advanced) > 1:
+        raise Unsupported("__getitem__", "more than one tensor index (advanced indexing) is not supported yet")
+    d, idx = advanced[0]
+    if idx.dtype is not dt.int64:
+        idx = idx.to(dt.int64)
+    n = out.shape[d]
+    if idx._storage.realized and idx.numel():
+        vals = idx.numpy()
+        if vals.min() < -n or vals.max() >= n:
+            bad = int(vals.min()) if vals.min() < -n else int(vals.max())
+            raise IndexOutOfRange("__getitem__", bad, n, d)
+        if vals.min() < 0:
+            idx = tensor(np.where(vals < 0, vals + n, vals))
+    flat = idx.reshape(-1)
+    sel = index_select(out, d, flat)
+    return sel.reshape(out.shape[:d] + idx.shape + out.shape[d + 1:])
+
+
+def _setitem(x: Tensor, index: Any, value: Any) -> None:
+    """``x[idx] = value``: a basic index writes through a view; a bool mask with a
+    scalar writes the whole tensor through ``where``; a bool mask with a tensor of
+    values, or an integer-tensor index, writes the selected rows one by one (both read
+    the index data, so they are sync points). As in PyTorch, ``value`` broadcasts to
+    the shape ``x[idx]`` has. The call is atomic: an error records nothing."""
+    _check_writable("__setitem__", x)
+    items = index if isinstance(index, tuple) else (index,)
+    if not _b.any(isinstance(i, (Tensor, list, np.ndarray)) for i in items):
+        x[index].copy_(value)
+        return
+    with stream(str(x.device)).atomic():
+        _setitem_advanced(x, items, value)
+
+
+def _setitem_advanced(x: Tensor, items: tuple[Any, ...], value: Any) -> None:
+    if len(items) == 1 and isinstance(items[0], Tensor) and items[0].dtype is dt.bool_:
+        mask = items[0]
+        if mask.ndim > x.ndim or mask.shape != x.shape[:mask.ndim]:
+            raise ShapeMismatch("__setitem__", [x.shape, mask.shape], "a bool mask must match the leading dims it indexes")
+        if not isinstance(value, Tensor) or value.ndim == 0:
+            v = value if isinstance(value, Tensor) else _scalar_to("__setitem__", value, x.dtype)
+            if v.dtype is not x.dtype:
+                v = v.to(x.dtype)
+            # The mask covers x's leading dims (PyTorch), so it broadcasts over the rest.
+            m = mask._view(mask._layout.view(mask.shape + (1,) * (x.ndim - mask.ndim)) or mask._layout)
+            x.copy_(where(_broadcast_to("__setitem__", m, x.shape), v, x))
+            return
+        # Values fill the selected positions in order: that needs the mask's data.
+        flat = np.flatnonzero(mask.numpy().reshape(-1))
+        rows = [tuple(int(i) for i in np.unravel_index(f, mask.shape)) for f in flat]
+        depth = mask.ndim
+    else:
+        idx = items[0] if isinstance(items[0], Tensor) else tensor(items[0])
+        if len(items) != 1 or not idx.dtype.is_integer or idx.ndim != 1:
+            raise Unsupported("__setitem__", "only x[bool_mask] = v, x[int_index_1d] = v and basic indexing are supported")
+        if x.ndim == 0:
+            raise DimOutOfRange("__setitem__", 0, 0, "a 0-d tensor cannot be indexed by a tensor")
+        n = x.shape[0]
+        vals = idx.numpy().astype(np.int64)
+        if vals.size and (vals.min() < -n or vals.max() >= n):
+            raise IndexOutOfRange("__setitem__", int(vals.min() if vals.min() < -n else vals.max()), n, 0)
+        rows = [(int(r),) for r in (vals % _b.max(n, 1)).tolist()]
+        depth = 1
+    if isinstance(value, Tensor):
+        value = _broadcast_to("__setitem__", value, (len(rows),) + x.shape[depth:])
+    for k, row in enumerate(rows):
+        x[row].copy_(value[k] if isinstance(value, Tensor) else value)
+
+
+# -- the rest of the API as functions (and methods, attached below) ---------------------------
+
+def where(condition: Tensor, input: Any, other: Any) -> Tensor:
+    c, a, b = _operands_where(condition, input, other)
+    return _record("where", [c, a, b])  # type: ignore[no-any-return]
+
+
+def _operands_where(condition: Any, a: Any, b: Any) -> list[Tensor]:
+    if not isinstance(condition, Tensor):
+        raise Unsupported("where", "condition must be a bool tensor")
+    like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
+    if like is None:
+        raise Unsupported("where", "at least one of input/other must be a tensor (scalars need a dtype)")
+    a_t = _as_tensor_like(a, like, "where")
+    b_t = _as_tensor_like(b, like, "where")
+    return _operands("where", condition, a_t, b_t)
+
+
+def pow(input: Any, exponent: Any) -> Tensor:
+    if isinstance(input, Tensor) and input.dtype.is_integer and not isinstance(exponent, Tensor) \
+            and isinstance(exponent, (int, np.integer)) and exponent < 0:
+        raise Unsupported("pow", "integers to negative integer powers are not allowed")
+    return _binary("pow", input, exponent)
+
+
+@_atomic
+def clamp(input: Tensor, min: Any = None, max: Any = None) -> Tensor:
+    if min is None and max is None:
+        raise Unsupported("clamp", "at least one of min and max must be given")
+    out = input
+    if min is not None:
+        out = maximum(out, min)
+    if max is not None:
+        out = minimum(out, max)
+    return out
+
+
+def maximum(input: Any, other: Any) -> Tensor:
+    return _binary("maximum", input, other)
+
+
+def minimum(input: Any, other: Any) -> Tensor:
+    return _binary("minimum", input, other)
+
+
+def masked_fill(input: Tensor, mask: Tensor, value: Any) -> Tensor:
+    if not isinstance(mask, Tensor) or mask.dtype is not dt.bool_:
+        raise DtypeMismatch("masked_fill", [getattr(mask, "dtype", type(mask).__name__)], "mask must be a bool tensor")
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise ShapeMismatch("masked_fill", [value.shape], "value must be a scalar or a one-element tensor")
+        value = value.reshape(())
+    shape = broadcast_shapes("masked_fill", input.shape, mask.shape)
+    if shape != input.shape:
+        raise ShapeMismatch("masked_fill", [input.shape, mask.shape], "mask must broadcast to the input's shape")
+    return where(mask, value, input)
+
+
+# -- reductions ------------------------------------------------------------------------------
+
+def _reduce(op: str, x: Tensor, dim: Any, keepdim: bool, **extra: Any) -> Tensor:
+    _check_tensor(op, x)
+    dims = normalize_dims(op, dim, x.ndim)
+    return _record(op, [x], dims=dims, keepdim=bool(keepdim), **extra)  # type: ignore[no-any-return]
+
+
+@_atomic
+def sum(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    x = input.to(dtype) if dtype is not None else input
+    return _reduce("sum", x, dim, keepdim)
+
+
+@_atomic
+def mean(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    x = input.to(dtype) if dtype is not None else input
+    return _reduce("mean", x, dim, keepdim)
+
+
+def prod_(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    return _reduce("prod", input, dim, keepdim)
+
+
+def amax(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    return _reduce("amax", input, dim, keepdim)
+
+
+def amin(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    return _reduce("amin", input, dim, keepdim)
+
+
+def _max_min(op: str, input: Tensor, dim: Any, keepdim: bool) -> Any:
+    if isinstance(dim, Tensor):  # torch.max(a, b)
+        return _binary("maximum" if op == "max" else "minimum", input, dim)
+    if dim is None:
+        return _reduce("amax" if op == "max" else "amin", input, None, False)
+    if not isinstance(dim, int):
+        raise Unsupported(op, "dim must be an int (use amax/amin for several dims)")
+    values = _reduce("amax" if op == "max" else "amin", input, dim, keepdim)
+    indices = _reduce("argmax" if op == "max" else "argmin", input, dim, keepdim)
+    return ValuesIndices(values, indices)
+
+
+def max(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
+    return _max_min("max", input, dim, keepdim)
+
+
+def min(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
+    return _max_min("min", input, dim, keepdim)
+
+
+def argmax(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    return _arg("argmax", input, dim, keepdim)
+
+
+def argmin(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    return _arg("argmin", input, dim, keepdim)
+
+
+def _arg(op: str, input: Tensor, dim: int | None, keepdim: bool) -> Tensor:
+    if dim is None:
+        flat = input.reshape(-1)
+        out = _reduce(op, flat, 0, False)
+        return out.reshape((1,) * input.ndim) if keepdim else out
+    return _reduce(op, input, dim, keepdim)
+
+
+def any(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    return _reduce("any", input, dim, keepdim)
+
+
+def all(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    return _reduce("all", input, dim, keepdim)
+
+
+def var(input: Tensor, dim: Any = None, keepdim: bool = False, *, correction: float = 1,
+        unbiased: bool | None = None) -> Tensor:
+    if unbiased is not None:
+        correction = 1 if unbiased else 0
+    return _reduce("var", input, dim, keepdim, correction=correction)
+
+
+def std(input: Tensor, dim: Any = None, keepdim: bool = False, *, correction: float = 1,
+        unbiased: bool | None = None) -> Tensor:
+    return var(input, dim, keepdim, correction=correction, unbiased=unbiased).sqrt()
+
+
+@_atomic
+def logsumexp(input: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
+    """``m + log(sum(exp(x - m)))`` with ``m`` the max, replaced by 0 where it is
+    infinite so that all -inf rows give -inf (not nan), as PyTorch does."""
+    m = amax(input, dim, keepdim=True)
+    m = where(isfinite(m), m, 0.0)
+    out = (input - m).exp().sum(dim, keepdim=True).log() + m
+    return out if keepdim else out.squeeze(normalize_dims("logsumexp", dim, input.ndim))
+
+
+@_atomic
+def softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
+    """``exp(x - max) / sum``, written from primitive ops so that the fusion compiler
+    sees (and fuses) exactly what a user would write."""
+    x = input.to(dtype) if dtype is not None else input
+    _check_float("softmax", x)
+    e = (x - amax(x, dim, keepdim=True)).exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+@_atomic
+def log_softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
+    x = input.to(dtype) if dtype is not None else input
+    _check_float("log_softmax", x)
+    return x - logsumexp(x, dim, keepdim=True)
+
+
+def _check_float(op: str, x: Tensor) -> None:
+    if not x.dtype.is_floating_point:
+        raise DtypeMismatch(op, [x.dtype], "expects a floating dtype; cast with .to(dtype)")
+
+
+@_atomic
+def cumsum(input: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
+    x = input.to(dtype) if dtype is not None else input
+    d = normalize_dim("cumsum", dim, x.ndim)
+    return _record("cumsum", [x], dim=d)  # type: ignore[no-any-return]
+
+
+def sort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = True) -> ValuesIndices:
+    d = normalize_dim("sort", dim, input.ndim)
+    return ValuesIndices(*_record("sort", [input], dim=d, descending=bool(descending)))
+
+
+def argsort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
+    return sort(input, dim, descending).indices
+
+
+def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> ValuesIndices:
+    d = normalize_dim("topk", dim, input.ndim)
+    return ValuesIndices(*_record("topk", [input], k=int(k), dim=d, largest=bool(largest), sorted=bool(sorted)))
+
+
+# -- shape-building ops ---------------------------------------------------------------------
+
+def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    ts = list(tensors)
+    if not ts:
+        raise ShapeMismatch("cat", [], "needs at least one tensor")
+    for t in ts:
+        _check_tensor("cat", t)
+    ref = ts[0]
+    d = normalize_dim("cat", dim, ref.ndim)
+    for t in ts[1:]:
+        if t.ndim != ref.ndim or t.shape[:d] + t.shape[d + 1:] != ref.shape[:d] + ref.shape[d + 1:]:
+            raise ShapeMismatch("cat", [x.shape for x in ts], f"sizes must match except in dim {d}")
+    if len(ts) == 1:
+        return ts[0].clone()
+    return _record("cat", ts, dim=d)  # type: ignore[no-any-return]
+
+
+def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    ts = list(tensors)
+    if not ts:
+        raise ShapeMismatch("stack", [], "needs at least one tensor")
+    for t in ts[1:]:
+        if t.shape != ts[0].shape:
+            raise ShapeMismatch("stack", [x.shape for x in ts], "all tensors must have the same shape")
+    d = normalize_dim("stack", dim, ts[0].ndim, extra=1)
+    return cat([t.unsqueeze(d) for t in ts], d)
+
+
+def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: Scalar = 0) -> Tensor:
+    """PyTorch's ``F.pad``: ``pad`` lists (left, right) pairs from the last dim
+    backwards; negative amounts crop (a view)."""
+    if len(pad) % 2 or len(pad) // 2 > input.ndim:
+        raise ShapeMismatch("pad", [input.shape], f"pad {tuple(pad)} must have an even length of at most 2*{input.ndim}")
+    if mode not in ("constant", "reflect", "replicate", "circular"):
+        raise Unsupported("pad", f"unknown mode {mode!r}")
+    pairs = [(0, 0)] * input.ndim
+    for i in range(len(pad) // 2):
+        pairs[input.ndim - 1 - i] = (int(pad[2 * i]), int(pad[2 * i + 1]))
+    x = input
+    for d, (lo, hi) in enumerate(pairs):
+        if lo < 0 or hi < 0:
+            n = x.shape[d]
+            start, stop = -_b.min(lo, 0), n + _b.min(hi, 0)
+            if stop < start:
+                raise ShapeMismatch("pad", [input.shape], f"cropping {lo, hi} exceeds dim {d} of size {n}")
+            x = x.narrow(d, start, stop - start)
+    pos = tuple((_b.max(lo, 0), _b.max(hi, 0)) for lo, hi in pairs)
+    if mode == "constant":
+        fill = _scalar_to("pad", value, x.dtype).item()
+    else:
+        fill = 0
+        for d, (lo, hi) in enumerate(pos):
+            limit = x.shape[d] - 1 if mode == "reflect" else x.shape[d]
+            if (lo or hi) and (_b.max(lo, hi) > limit or x.shape[d] == 0):
+                raise ShapeMismatch("pad", [input.shape], f"{mode} padding {lo, hi} is too large for dim {d}")
+    if not _b.any(lo or hi for lo, hi in pos):
+        return x
+    return _record("pad", [x], pads=pos, mode=mode, value=fill)  # type: ignore[no-any-return]
+
+
+def tril(input: Tensor, diagonal: int = 0) -> Tensor:
+    if input.ndim < 2:
+        raise RankMismatch("tril", ">= 2", input.shape)
+    return _record("tril", [input], diagonal=int(diagonal))  # type: ignore[no-any-return]
+
+
+def triu(input: Tensor, diagonal: int = 0) -> Tensor:
+    if input.ndim < 2:
+        raise RankMismatch("triu", ">= 2", input.shape)
+    return _record("triu", [input], diagonal=int(diagonal))  # type: ignore[no-any-return]
+
+
+def _check_index_values(op: str, index: Tensor, size: int, dim: int) -> None:
+    """Indices already known (realised) are checked now, at the user's line."""
+    if index._storage.realized and not index._storage.producer and index.numel():
+        from .ops.shape import check_indices
+        check_indices(op, index.numpy(), size, dim)
+
+
+def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:
+    d = normalize_dim("gather", dim, input.ndim)
+    if index.ndim != input.ndim:
+        raise RankMismatch("gather", input.ndim, index.shape)
+    for i, (n, m) in enumerate(zip(input.shape, index.shape)):
+        if i != d and m > n:
+            raise ShapeMismatch("gather", [input.shape, index.shape], f"index size {m} exceeds input size {n} in dim {i}")
+    _check_index_values("gather", index, input.shape[d] if input.ndim else 1, d)
+    return _record("gather", [input, index], dim=d)  # type: ignore[no-any-return]
+
+
+def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
+    d = normalize_dim("index_select", dim, input.ndim)
+    if index.ndim > 1:
+        raise RankMismatch("index_select", 1, index.shape)
+    _check_index_values("index_select", index, input.shape[d] if input.ndim else 1, d)
+    return _record("index_select", [input, index.reshape(-1)], dim=d)  # type: ignore[no-any-return]
+
+
+def one_hot(input: Tensor, num_classes: int = -1) -> Tensor:
+    if num_classes == -1:
+        num_classes = int(input.max().item()) + 1 if input.numel() else 0
+    _check_index_values("one_hot", input, num_classes, -1)
+    return _record("one_hot", [input], num_classes=int(num_classes))  # type: ignore[no-any-return]
+
+
+def matmul(input: Any, other: Any) -> Tensor:
+    """PyTorch's matmul: 1-D operands are promoted and the added dim removed; batch
+    dims broadcast (zero-copy expands); the extern kernel sees ``(..., m, k) @ (..., k, n)``."""
+    a, b = _check_tensor("matmul", input), _check_tensor("matmul", other)
+    if a.ndim == 0 or b.ndim == 0:
+        raise RankMismatch("matmul", ">= 1", a.shape if a.ndim == 0 else b.shape)
+    a2 = a.unsqueeze(0) if a.ndim == 1 else a
+    b2 = b.unsqueeze(-1) if b.ndim == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise ShapeMismatch("matmul", [a.shape, b.shape], f"inner dims differ ({a2.shape[-1]} vs {b2.shape[-2]})")
+    batch = broadcast_shapes("matmul", a2.shape[:-2], b2.shape[:-2])
+    a3 = _broadcast_to("matmul", a2, batch + a2.shape[-2:])
+    b3 = _broadcast_to("matmul", b2, batch + b2.shape[-2:])
+    out: Tensor = _record("matmul", [a3, b3])
+    if a.ndim == 1:
+        out = out.squeeze(-2)
+    if b.ndim == 1:
+        out = out.squeeze(-1)
+    return out
+
+
+
+
+# -- creation ------------------------------------------------------------------------------
+
+def _creation_dtype(dtype: Any, default: DType) -> DType:
+    return default if dtype is None else as_dtype(dtype, "dtype")
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """Wrap a numpy array without copying (non-negative strides); the tensor and the
+    array share memory, as in PyTorch. A read-only array gives a read-only tensor."""
+    if not isinstance(array, np.ndarray):
+        raise Unsupported("from_numpy", f"expected a numpy array, got {type(array).__name__}")
+    d = dt.from_numpy_dtype(array.dtype)
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    item = array.itemsize
+    if array.ndim and (_b.any(s < 0 or s % item for s in array.strides)):
+        array = np.ascontiguousarray(array)
+    readonly = not array.flags.writeable
+    if array.size == 0:
+        flat = np.empty(0, dtype=array.dtype)
+        return Tensor(Storage(d, CPU, 0, flat, readonly=readonly, owner=array), Layout.contiguous(array.shape))
+    strides = tuple(s // item for s in array.strides)
+    extent = 1 + _b.sum((n - 1) * s for n, s in zip(array.shape, strides))
+    flat = np.lib.stride_tricks.as_strided(array, (extent,), (item,), writeable=not readonly)
+    return Tensor(Storage(d, CPU, extent, flat, readonly=readonly, owner=array), Layout(array.shape, strides, 0))
+
+
+def from_dlpack(obj: Any) -> Tensor:
+    """Import any DLPack producer (a numpy array, a torch CPU tensor, ...) without copying."""
+    return from_numpy(np.from_dlpack(obj))
+
+
+def _infer_dtype(data: Any) -> DType:
+    flat = np.asarray(data)
+    if flat.dtype.kind == "b":
+        return dt.bool_
+    if flat.dtype.kind in "iu":
+        return dt.int64
+    if flat.dtype.kind == "f":
+        return dt.float32
+    raise Unsupported("tensor", f"cannot make a tensor from {type(data).__name__} ({flat.dtype})")
+
+
+def tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """A new tensor holding a copy of ``data`` (nested lists, scalars, numpy arrays,
+    tensors). Python floats default to float32 and ints to int64, as in PyTorch; a
+    numpy array keeps its dtype."""
+    as_device(device, "tensor")
+    if isinstance(data, Tensor):
+        data = data.numpy()
+    if isinstance(data, np.ndarray):
+        d = _creation_dtype(dtype, dt.from_numpy_dtype(data.dtype, "tensor"))
+        arr = np.array(data, dtype=d.np, copy=True)
+    else:
+        try:
+            d = _creation_dtype(dtype, _infer_dtype(data))
+            arr = np.array(data, dtype=d.np if not d.is_half else np.float64).astype(d.np)
+        except (ValueError, TypeError) as e:
+            raise Unsupported("tensor", f"cannot make a tensor from this data: {e}") from None
+    # Not np.ascontiguousarray: it turns a 0-d array into shape (1,), and
+    # ``braze.tensor(3.5)`` must be 0-d, as in PyTorch.
+    arr = np.require(arr, requirements="C")
+    memory.check(arr.nbytes, "tensor")
+    memory.adopt(arr)
+    return Tensor(Storage(d, CPU, arr.size, arr.reshape(-1)), Layout.contiguous(arr.shape))
+
+
+def full(size: Any, fill_value: Scalar, *, dtype: Any = None, device: Any = None) -> Tensor:
+    as_device(device, "full")
+    shape = _shape_arg("full", (size,) if not isinstance(size, (tuple, list)) else tuple(size))
+    if dtype is None:
+        dtype = dt.bool_ if isinstance(fill_value, bool) else dt.int64 if isinstance(fill_value, int) else dt.float32
+    d = as_dtype(dtype, "full")
+    value = _scalar_to("full", fill_value, d).numpy().reshape(()).item() if not d.is_half else float(fill_value)
+    return _record("full", [], shape=shape, dtype=d, value=value)  # type: ignore[no-any-return]
+
+
+def zeros(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    return full(_shape_arg("zeros", size), 0, dtype=_creation_dtype(dtype, dt.float32), device=device)
+
+
+def ones(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    return full(_shape_arg("ones", size), 1, dtype=_creation_dtype(dtype, dt.float32), device=device)
+
+
+def empty(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """Uninitialised memory, allocated now (its contents are whatever was there)."""
+    as_device(device, "empty")
+    shape = _shape_arg("empty", size)
+    d = _creation_dtype(dtype, dt.float32)
+    arr = memory.allocate(d.np, prod(shape), "empty")
+    return Tensor(Storage(d, CPU, arr.size, arr), Layout.contiguous(shape))
+
+
+def zeros_like(x: Tensor, *, dtype: Any = None) -> Tensor:
+    return zeros(x.shape, dtype=dtype or x.dtype)
+
+
+def ones_like(x: Tensor, *, dtype: Any = None) -> Tensor:
+    return ones(x.shape, dtype=dtype or x.dtype)
+
+
+def full_like(x: Tensor, fill_value: Scalar, *, dtype: Any = None) -> Tensor:
+    return full(x.shape, fill_value, dtype=dtype or x.dtype)
+
+
+def empty_like(x: Tensor, *, dtype: Any = None) -> Tensor:
+    return empty(x.shape, dtype=dtype or x.dtype)
+
+
+def arange(start: Scalar, end: Scalar | None = None, step: Scalar = 1, *, dtype: Any = None,
+           device: Any = None) -> Tensor:
+    as_device(device, "arange")
+    if end is None:
+        start, end = 0, start
+    if step == 0:
+        raise Unsupported("arange", "step must be non-zero")
+    all_int = _b.all(isinstance(v, (int, np.integer)) for v in (start, end, step))
+    d = _creation_dtype(dtype, dt.int64 if all_int else dt.float32)
+    n = _b.max(0, math.ceil((end - start) / step))
+    return _record("arange", [], shape=(n,), dtype=d, start=start, step=step)  # type: ignore[no-any-return]
+
+
+def linspace(start: float, end: float, steps: int, *, dtype: Any = None, device: Any = None) -> Tensor:
+    as_device(device, "linspace")
+    if steps < 0:
+        raise ShapeMismatch("linspace", [(steps,)], "steps must be non-negative")
+    d = _creation_dtype(dtype, dt.float32)
+    return _record("linspace", [], shape=(int(steps),), dtype=d, start=float(start), end=float(end))  # type: ignore[no-any-return]
+
+
+# -- function forms shared with methods ------------------------------------------------------
+
+def _make_unary(name: str) -> Any:
+    def fn(input: Tensor) -> Tensor:
+        return _unary(name, input)
+    fn.__name__ = name
+    fn.__doc__ = f"Element-wise {name}."
+    return fn
+
+
+_UNARY_NAMES = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "sigmoid",
+                "erf", "relu", "silu", "floor", "ceil", "round", "sign", "logical_not", "isnan", "isinf",
+                "isfinite")
+_g = globals()
+for _n in _UNARY_NAMES:
+    _g[_n] = _make_unary(_n)
+negative = _g["neg"]
+
+
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:
+    if approximate not in ("none", "tanh"):
+        raise Unsupported("gelu", f"approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _unary("gelu" if approximate == "none" else "gelu_tanh", input)
+
+
+def square(input: Tensor) -> Tensor:
+    return input * input
+
+
+def _make_binary(name: str, op: str) -> Any:
+    def fn(input: Any, other: Any) -> Tensor:
+        return _binary(op, input, other)
+    fn.__name__ = name
+    fn.__doc__ = f"Element-wise {name} with broadcasting."
+    return fn
+
+
+_BINARY_NAMES = dict(add="add", sub="sub", subtract="sub", mul="mul", multiply="mul", div="div",
+                     divide="div", true_divide="div", floor_divide="floor_divide", remainder="remainder",
+                     eq="eq", ne="ne", lt="lt", le="le", gt="gt", ge="ge", logical_and="logical_and",
+                     logical_or="logical_or", logical_xor="logical_xor")
+for _n, _op in _BINARY_NAMES.items():
+    _g[_n] = _make_binary(_n, _op)
+
+# Methods that are the function forms with the tensor first.
+_METHODS = _UNARY_NAMES + tuple(_BINARY_NAMES) + (
+    "gelu", "square", "pow", "clamp", "maximum", "minimum", "masked_fill", "sum", "mean", "amax", "amin",
+    "max", "min", "argmax", "argmin", "any", "all", "var", "std", "logsumexp", "softmax", "log_softmax",
+    "cumsum", "sort", "argsort", "topk", "tril", "triu", "gather", "index_select", "matmul")
+for _n in _METHODS:
+    setattr(Tensor, _n, _g[_n])
+Tensor.prod = prod_  # type: ignore[attr-defined]
+Tensor.clip = clamp  # type: ignore[attr-defined]
+Tensor.where = lambda self, condition, other: where(condition, self, other)  # type: ignore[attr-defined]
+
+
+__all__ = [
+    "Tensor", "ValuesIndices", "where", "pow", "clamp", "maximum", "minimum", "masked_fill", "sum", "mean",
+    "amax", "amin", "max", "min", "argmax", "argmin", "any", "all", "var", "std", "logsumexp", "softmax",
+    "log_softmax", "cumsum", "sort", "argsort", "topk", "cat", "stack", "pad", "tril", "triu", "gather",
+    "index_select", "one_hot", "matmul", "from_numpy", "from_dlpack", "tensor", "full", "zeros", "ones",
+    "empty", "zeros_like", "ones_like", "full_like", "empty_like", "arange", "linspace", "gelu", "square",
+    "negative", *_UNARY_NAMES, *_BINARY_NAMES,
+]
