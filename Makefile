@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: install
-	$(PY) -m braze.demo
+	$(VENV)/bin/braze generate "The capital of France is"
 
 test: install
 	$(PY) -m pytest -q -n 2

@@ -50,7 +50,7 @@ def manual_seed(seed: int) -> Generator:
 
 
 def _wrap(arr: np.ndarray, dtype: dt.DType) -> Tensor:
-    arr = np.ascontiguousarray(arr.astype(dtype.np))
+    arr = np.asarray(arr.astype(dtype.np), order="C")  # (ascontiguousarray would make 0-d 1-d)
     memory.adopt(arr)
     return Tensor(Storage(dtype, CPU, arr.size, arr.reshape(-1)), Layout.contiguous(arr.shape))
 
@@ -69,7 +69,13 @@ def rand(*size: Any, generator: Generator | None = None, dtype: Any = None, devi
     shape = _shape_arg("rand", size)
     memory.check(prod(shape) * d.itemsize, "rand")
     rng = (generator or default_generator).numpy
-    return _wrap(rng.random(shape, dtype=np.float64 if d is dt.float64 else np.float32), d)
+    u = rng.random(shape, dtype=np.float64 if d is dt.float64 else np.float32)
+    if d.is_half:
+        # Rounding a float32 draw to a half type can give 1.0; draw on the type's grid
+        # instead (k / 2**bits, bits = significand width), as PyTorch does.
+        bits = 11 if d is dt.float16 else 8
+        u = np.floor(u * np.float32(2 ** bits)) / np.float32(2 ** bits)
+    return _wrap(u, d)
 
 
 def randn(*size: Any, generator: Generator | None = None, dtype: Any = None, device: Any = None) -> Tensor:

@@ -406,8 +406,8 @@ class Tensor:
             sizes = [_b.min(split_size, n - s) for s in range(0, n, split_size)] or [0]
         else:
             sizes = list(split_size)
-            if _b.sum(sizes) != n:
-                raise ShapeMismatch("split", [self.shape], f"sizes {sizes} do not sum to {n} (dim {dim})")
+            if _b.sum(sizes) != n or _b.any(s < 0 for s in sizes):
+                raise ShapeMismatch("split", [self.shape], f"sizes {sizes} must be non-negative and sum to {n} (dim {dim})")
         out, start = [], 0
         for s in sizes:
             out.append(self.narrow(d, start, s))
@@ -607,6 +607,9 @@ class Tensor:
     def __xor__(self, o: Any) -> "Tensor":
         return _logical("logical_xor", self, o)
 
+    def __rxor__(self, o: Any) -> "Tensor":
+        return _logical("logical_xor", o, self)
+
 
 # -- method forms shared with the function forms ---------------------------------------------
 # One list of names; each becomes ``Tensor.name`` and ``braze.name`` (see bottom of file).
@@ -742,6 +745,12 @@ def _binary(op: str, a: Any, b: Any) -> Tensor:
 
 
 def _logical(op: str, a: Any, b: Any) -> Tensor:
+    """``&``, ``|``, ``^``: logical on bool tensors. On numbers PyTorch means bitwise,
+    which braze does not have, so it refuses instead of silently answering logically."""
+    for x in (a, b):
+        if isinstance(x, Tensor) and x.dtype is not dt.bool_:
+            raise Unsupported(op, f"&, | and ^ are logical ops on bool tensors; got {x.dtype.name} "
+                                  f"(use logical_and/or/xor, or compare first)")
     return _binary(op, a, b)
 
 
@@ -794,6 +803,9 @@ def _getitem(x: Tensor, index: Any) -> Tensor:
     ``index_select``; a bool mask needs its data, so it is a sync point."""
     index = _expand_index(x, index)
     lay = x._layout
+    # The storage ``lay`` indexes: x's, until a mask's flatten has to copy (an expanded
+    # or transposed view cannot always be flattened in place).
+    storage = x._storage
     dim = 0
     advanced: list[tuple[int, Tensor]] = []
     for item in index:
@@ -816,14 +828,16 @@ def _getitem(x: Tensor, index: Any) -> Tensor:
             lay = lay.slice(dim, start, _b.max(start, stop), step)
             dim += 1
         elif isinstance(item, (Tensor, list, np.ndarray)):
-            t = item if isinstance(item, Tensor) else tensor(item)
+            # An empty list is an empty index, not an empty float tensor (as PyTorch).
+            t = item if isinstance(item, Tensor) else tensor(item, dtype=dt.int64 if isinstance(item, list) and
+                                                             not item else None)
             if t.dtype is dt.bool_:
                 if t.shape != lay.shape[dim:dim + t.ndim]:
                     raise ShapeMismatch("__getitem__", [lay.shape, t.shape], "bool mask shape must match the indexed dims")
-                idx = np.flatnonzero(t.numpy().reshape(-1))
-                merged = Tensor(x._storage, lay).flatten(dim, dim + t.ndim - 1) if t.ndim else Tensor(x._storage, lay).unsqueeze(dim)
-                lay = merged._layout
-                advanced.append((dim, tensor(idx.astype(np.int64))))
+                nz = np.flatnonzero(t.numpy().reshape(-1))
+                merged = Tensor(storage, lay).flatten(dim, dim + t.ndim - 1) if t.ndim else Tensor(storage, lay).unsqueeze(dim)
+                storage, lay = merged._storage, merged._layout
+                advanced.append((dim, tensor(nz.astype(np.int64))))
             else:
                 if not t.dtype.is_integer:
                     raise DtypeMismatch("__getitem__", [t.dtype], "index tensors must be integer or bool")
@@ -831,7 +845,7 @@ def _getitem(x: Tensor, index: Any) -> Tensor:
             dim += 1
         else:
             raise Unsupported("__getitem__", f"cannot index with {type(item).__name__}")
-    out = Tensor(x._storage, lay)
+    out = Tensor(storage, lay)
     if not advanced:
         return out
     if len(advanced) > 1:
@@ -847,6 +861,10 @@ def _getitem(x: Tensor, index: Any) -> Tensor:
             raise IndexOutOfRange("__getitem__", bad, n, d)
         if vals.min() < 0:
             idx = tensor(np.where(vals < 0, vals + n, vals))
+    elif idx.numel():
+        # Indices not computed yet: PyTorch accepts negative ones in ``x[idx]``, so wrap
+        # them on the stream too; values out of range are found when the stream runs.
+        idx = where(idx < 0, idx + n, idx)
     flat = idx.reshape(-1)
     sel = index_select(out, d, flat)
     return sel.reshape(out.shape[:d] + idx.shape + out.shape[d + 1:])
@@ -922,7 +940,8 @@ def _operands_where(condition: Any, a: Any, b: Any) -> list[Tensor]:
 
 def pow(input: Any, exponent: Any) -> Tensor:
     if isinstance(input, Tensor) and input.dtype.is_integer and not isinstance(exponent, Tensor) \
-            and isinstance(exponent, (int, np.integer)) and exponent < 0:
+            and isinstance(exponent, (int, float, np.integer, np.floating)) and exponent < 0:
+        # -1.0 is an integral float scalar, which takes the int dtype: the same error.
         raise Unsupported("pow", "integers to negative integer powers are not allowed")
     return _binary("pow", input, exponent)
 
@@ -1052,10 +1071,20 @@ def std(input: Tensor, dim: Any = None, keepdim: bool = False, *, correction: fl
 def logsumexp(input: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
     """``m + log(sum(exp(x - m)))`` with ``m`` the max, replaced by 0 where it is
     infinite so that all -inf rows give -inf (not nan), as PyTorch does."""
-    m = amax(input, dim, keepdim=True)
+    m = _shift_max(input, dim)
     m = where(isfinite(m), m, 0.0)
     out = (input - m).exp().sum(dim, keepdim=True).log() + m
     return out if keepdim else out.squeeze(normalize_dims("logsumexp", dim, input.ndim))
+
+
+def _shift_max(x: Tensor, dim: Any) -> Tensor:
+    """``amax(x, dim, keepdim=True)``, the shift that keeps ``exp`` finite; 0 when a
+    reduced dim is empty, where amax has no value but PyTorch's softmax (an empty
+    result) and logsumexp (-inf, the log of an empty sum) are still defined."""
+    dims = normalize_dims("softmax", dim, x.ndim)
+    if _b.any(x.shape[d] == 0 for d in dims):
+        return zeros(tuple(1 if i in dims else n for i, n in enumerate(x.shape)), dtype=x.dtype)
+    return amax(x, dim, keepdim=True)
 
 
 @_atomic
@@ -1064,7 +1093,7 @@ def softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
     sees (and fuses) exactly what a user would write."""
     x = input.to(dtype) if dtype is not None else input
     _check_float("softmax", x)
-    e = (x - amax(x, dim, keepdim=True)).exp()
+    e = (x - _shift_max(x, dim)).exp()
     return e / e.sum(dim, keepdim=True)
 
 
@@ -1154,7 +1183,9 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: Scalar
     else:
         fill = 0
         for d, (lo, hi) in enumerate(pos):
-            limit = x.shape[d] - 1 if mode == "reflect" else x.shape[d]
+            # reflect mirrors without the edge, circular wraps once; replicate repeats the
+            # edge any number of times (as PyTorch), so it only needs a non-empty dim.
+            limit = {"reflect": x.shape[d] - 1, "circular": x.shape[d]}.get(mode, x.shape[d] + _b.max(lo, hi))
             if (lo or hi) and (_b.max(lo, hi) > limit or x.shape[d] == 0):
                 raise ShapeMismatch("pad", [input.shape], f"{mode} padding {lo, hi} is too large for dim {d}")
     if not _b.any(lo or hi for lo, hi in pos):

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, Protocol
 import numpy as np
 
 from ..errors import MissingWeight, ShapeMismatch
+from ..runtime import memory
 from ..tensor import Tensor, from_numpy
 
 
@@ -41,7 +42,7 @@ class GGUFWeights:
     def load(self, name: str) -> Tensor:
         data = self.file.tensor(name)
         if not isinstance(data, np.ndarray):
-            data = self.file.dequantize(name)
+            data = memory.adopt(self.file.dequantize(name))  # braze's memory now, not the file's
         return from_numpy(data)
 
 

@@ -70,8 +70,8 @@ def repeat_kv(x: Tensor, groups: int) -> Tensor:
     must become one dim; a fused attention kernel reads the view directly."""
     if groups == 1:
         return x
-    b, kv, s, d = x.shape
-    return x.unsqueeze(2).expand(b, kv, groups, s, d).reshape(b, kv * groups, s, d)
+    *lead, kv, s, d = x.shape  # any rank >= 3: (KV, S, D) works as well as (B, KV, S, D)
+    return x.unsqueeze(-3).expand(*lead, kv, groups, s, d).reshape(*lead, kv * groups, s, d)
 
 
 def causal_mask(q_len: int, kv_len: int, offset: int | None = None) -> Tensor:
@@ -99,13 +99,13 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
         raise ShapeMismatch("scaled_dot_product_attention", [query.shape, key.shape, value.shape],
                             "q and k need the same head dim, k and v the same length")
-    if enable_gqa and query.ndim >= 3 and key.shape[-3] != query.shape[-3]:
+    if enable_gqa and query.ndim >= 3 and key.ndim >= 3 and key.shape[-3] != query.shape[-3]:
         hq, hk = query.shape[-3], key.shape[-3]
         if hq % hk:
             raise ShapeMismatch("scaled_dot_product_attention", [query.shape, key.shape],
                                 f"{hq} query heads are not a multiple of {hk} kv heads")
-        key = repeat_kv(key, hq // hk) if key.ndim == 4 else key
-        value = repeat_kv(value, hq // hk) if value.ndim == 4 else value
+        key = repeat_kv(key, hq // hk)
+        value = repeat_kv(value, hq // hk)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
     scores = (query @ key.mT) * scale
     if is_causal:

@@ -124,6 +124,11 @@ class RotaryEmbedding(Module):
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """Rotate ``x`` of shape (..., T, dim) for positions offset..offset+T-1."""
         t = x.shape[-2]
+        if offset < 0 or offset + t > self.cos.shape[0]:
+            # a short table slice would broadcast silently and rotate by wrong angles
+            from ..errors import ShapeMismatch
+            raise ShapeMismatch("RotaryEmbedding", [x.shape],
+                                f"positions {offset}..{offset + t - 1} beyond max_positions {self.cos.shape[0]}")
         cos = self.cos[offset:offset + t]
         sin = self.sin[offset:offset + t]
         if self.interleaved:

@@ -29,6 +29,10 @@ class Module:
             raise AttributeError(f"{type(self).__name__}.__init__ must call super().__init__() before assigning {name}")
         for table in (self._parameters, self._buffers, self._modules):
             table.pop(name, None)
+        if isinstance(value, (Tensor, Module)):
+            # a plain attribute of that name (``self.bias = None`` earlier) would shadow
+            # the registered one, since __getattr__ only runs when lookup fails
+            self.__dict__.pop(name, None)
         if isinstance(value, Tensor):
             self._parameters[name] = value
         elif isinstance(value, Module):
@@ -46,6 +50,7 @@ class Module:
     def register_buffer(self, name: str, tensor: Tensor, persistent: bool = True) -> None:
         """A tensor that is state but not a parameter (rotary tables, masks)."""
         self._parameters.pop(name, None)
+        self.__dict__.pop(name, None)
         self._buffers[name] = tensor
         if persistent:
             self._persistent.add(name)
@@ -65,8 +70,14 @@ class Module:
         return (m for _, m in self.named_modules())
 
     def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
+        """Each parameter once, under its first name (a tied weight is not counted
+        twice, as in PyTorch); ``state_dict`` lists every name."""
+        seen: set[int] = set()
         for mod_name, m in self.named_modules(prefix):
             for name, p in m._parameters.items():
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
                 yield (f"{mod_name}.{name}" if mod_name else name), p
 
     def parameters(self) -> Iterator[Tensor]:
@@ -118,11 +129,16 @@ class Module:
     def to(self, dtype: Any) -> "Module":
         """Cast floating parameters and buffers to ``dtype`` (explicit, as all casts)."""
         d = as_dtype(dtype, "Module.to")
+        # a tensor shared by several names (tied weights) is cast once and stays shared;
+        # the original is kept alive here so its id is not reused during the walk
+        done: dict[int, tuple[Tensor, Tensor]] = {}
         for m in self.modules():
             for table in (m._parameters, m._buffers):
                 for name, t in table.items():
                     if t.dtype.is_floating_point and t.dtype is not d:
-                        table[name] = t.to(d)
+                        if id(t) not in done:
+                            done[id(t)] = (t, t.to(d))
+                        table[name] = done[id(t)][1]
         return self
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

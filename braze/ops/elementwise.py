@@ -20,7 +20,10 @@ from .registry import OpDef, dtype_fixed, dtype_keep, register, require, same_dt
 # |x| <= 1: a Chebyshev interpolant of erf; 1 < |x| < 6: erfc(x) = exp(-x^2) R(x) with R
 # smooth, interpolated on [1, 6]; beyond 6, erf is +-1 in float64. The coefficients are
 # computed here from math.erf, so there is no table to trust.
-_ERF_INNER = _cheb.chebinterpolate(lambda t: np.array([math.erf(v) for v in np.atleast_1d(t)]), 27)
+# The inner interpolant is of erf(x)/x (even, 2/sqrt(pi) at 0), multiplied back by x, so
+# erf stays odd and keeps full relative accuracy near 0 (erf(0) == 0, erf(1e-30) == 1.13e-30).
+_ERF_INNER = _cheb.chebinterpolate(
+    lambda t: np.array([math.erf(v) / v if v else 2.0 / math.sqrt(math.pi) for v in np.atleast_1d(t)]), 28)
 _ERFC_OUTER = _cheb.chebinterpolate(
     lambda t: np.array([math.erfc(v) * math.exp(v * v) for v in 3.5 + 2.5 * np.atleast_1d(t)]), 40)
 
@@ -29,7 +32,7 @@ def erf_f64(x: np.ndarray) -> np.ndarray:
     """erf in float64, within ~1e-14 relative of math.erf (tested)."""
     x = np.asarray(x, dtype=np.float64)
     a = np.abs(x)
-    inner = _cheb.chebval(np.clip(x, -1.0, 1.0), _ERF_INNER)
+    inner = np.clip(x, -1.0, 1.0) * _cheb.chebval(np.clip(x, -1.0, 1.0), _ERF_INNER)
     ao = np.clip(a, 1.0, 6.0)
     outer = 1.0 - _cheb.chebval((ao - 3.5) / 2.5, _ERFC_OUTER) * np.exp(-ao * ao)
     outer = np.where(a >= 6.0, 1.0, outer)
@@ -48,6 +51,12 @@ def _gelu(x: np.ndarray) -> np.ndarray:
 
 def _gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+def _int_identity(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+    """floor/ceil/round of an integer is the integer (PyTorch, array API); numpy would
+    go through a float type and lose int64 precision."""
+    return lambda x: x.copy() if x.dtype.kind in "iu" else fn(x)
 
 
 def _sign(x: np.ndarray) -> np.ndarray:
@@ -72,14 +81,15 @@ UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], str, str, DType | Non
     "gelu": (_gelu, "float", "precise", None),
     "gelu_tanh": (_gelu_tanh, "float", "precise", None),
     "silu": (lambda x: x * _sigmoid(x), "float", "precise", None),
-    "floor": (np.floor, "float", "half", None),
-    "ceil": (np.ceil, "float", "half", None),
-    "round": (np.round, "float", "half", None),
+    "floor": (_int_identity(np.floor), "float int uint", "half", None),
+    "ceil": (_int_identity(np.ceil), "float int uint", "half", None),
+    "round": (_int_identity(np.round), "float int uint", "half", None),
     "sign": (_sign, "float int uint", "half", None),
     "logical_not": (np.logical_not, "float int uint bool", "native", dt.bool_),
-    "isnan": (np.isnan, "float", "half", dt.bool_),
-    "isinf": (np.isinf, "float", "half", dt.bool_),
-    "isfinite": (np.isfinite, "float", "half", dt.bool_),
+    # Integers and bools are never nan or inf (PyTorch accepts every dtype here).
+    "isnan": (np.isnan, "float int uint bool", "half", dt.bool_),
+    "isinf": (np.isinf, "float int uint bool", "half", dt.bool_),
+    "isfinite": (np.isfinite, "float int uint bool", "half", dt.bool_),
 }
 
 

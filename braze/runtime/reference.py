@@ -69,10 +69,10 @@ def run(nodes: "deque[Node]") -> None:
     while nodes:
         node = nodes[0]
         args = _inputs(node)
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"):  # IEEE semantics, quietly: overflow to inf is a result
             result = node.op.reference(*args, **node.attrs)
-        results = result if isinstance(result, tuple) else (result,)
-        for operand, value in zip(node.outputs, results):
-            _store(node, operand, value, args)
+            results = result if isinstance(result, tuple) else (result,)
+            for operand, value in zip(node.outputs, results):
+                _store(node, operand, value, args)
         COUNTERS["kernel_launches"] += 1
         nodes.popleft()
