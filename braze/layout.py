@@ -11,6 +11,7 @@ anywhere. Arguments here are already validated (dims normalised, sizes checked) 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from math import prod
 from typing import Sequence
 
@@ -19,7 +20,8 @@ from .errors import DimOutOfRange, ShapeMismatch
 Shape = tuple[int, ...]
 
 
-def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+@lru_cache(maxsize=4096)
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides = [1] * len(shape)
     for i in range(len(shape) - 2, -1, -1):
         strides[i] = strides[i + 1] * max(shape[i + 1], 1)

@@ -62,5 +62,8 @@ def strided(array: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...],
     if 0 in shape:
         return np.empty(shape, dtype=array.dtype)
     item = array.itemsize
-    base = array[offset:]
-    return np.lib.stride_tricks.as_strided(base, shape, tuple(s * item for s in strides), writeable=writeable)
+    view = np.ndarray(shape, array.dtype, buffer=array, offset=(offset * item),
+                      strides=tuple(s * item for s in strides))
+    if not writeable and view.flags.writeable:
+        view.flags.writeable = False
+    return view

@@ -1101,7 +1101,11 @@ def softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
 def log_softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
     x = input.to(dtype) if dtype is not None else input
     _check_float("log_softmax", x)
-    return x - logsumexp(x, dim, keepdim=True)
+    # PyTorch's formula, ``(x - max) - log(sum(exp(x - max)))``: subtracting the max
+    # first avoids the cancellation of ``x - logsumexp(x)`` (a few ulp of |x| in half
+    # types), and a row with +inf gives nan as softmax does.
+    shifted = x - _shift_max(x, dim)
+    return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
 
 def _check_float(op: str, x: Tensor) -> None:

@@ -1,0 +1,310 @@
+"""C renderer: loop IR to C with OpenMP, as rule tables.
+
+``UNARY``/``BINARY`` map an op name to a C template per kind of dtype; ``render`` walks
+an expression tree through them; ``kernel_source`` lays out the loops: an OpenMP
+parallel loop over rows, and inside a row one loop per pass (the reductions of a pass
+share it; stores follow the last pass), innermost loops marked ``omp simd`` so gcc
+vectorises them. Half types are loaded into float, and every half result is rounded
+back to its type, so a fused chain computes what the reference computes node by node.
+Transcendental float32 functions are braze's own (``cmath.h``): vectorisable, exact
+on inf and nan. float64 uses libm.
+"""
+
+from __future__ import annotations
+
+import math
+from importlib import resources
+from math import prod
+from typing import Any
+
+from .. import dtypes as dt
+from .. import ir
+from ..dtypes import DType
+
+CTYPE = {
+    "float32": "float", "float64": "double", "float16": "uint16_t", "bfloat16": "uint16_t",
+    "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
+    "bool": "uint8_t",
+}
+
+
+def vtype(d: DType) -> str:
+    """The C type a value of dtype ``d`` is computed in."""
+    if d.is_half:
+        return "float"
+    if d is dt.bool_:
+        return "int"
+    return CTYPE[d.name]
+
+
+def _f(d: DType, f32: str, f64: str) -> str:
+    return f64 if d is dt.float64 else f32
+
+
+# unary: name -> template with {a}; float templates pick f32/f64 spellings
+UNARY: dict[str, Any] = {
+    "neg": lambda d: "(-{a})",
+    "abs": lambda d: _f(d, "fabsf({a})", "fabs({a})") if d.is_floating_point else "({a} < 0 ? -{a} : {a})",
+    "exp": lambda d: _f(d, "braze_expf({a})", "exp({a})"),
+    "log": lambda d: _f(d, "braze_logf({a})", "log({a})"),
+    "sqrt": lambda d: _f(d, "sqrtf({a})", "sqrt({a})"),
+    "rsqrt": lambda d: _f(d, "(1.0f / sqrtf({a}))", "(1.0 / sqrt({a}))"),
+    "reciprocal": lambda d: _f(d, "(1.0f / {a})", "(1.0 / {a})"),
+    "sin": lambda d: _f(d, "braze_sinf({a})", "sin({a})"),
+    "cos": lambda d: _f(d, "braze_cosf({a})", "cos({a})"),
+    "tanh": lambda d: _f(d, "braze_tanhf({a})", "tanh({a})"),
+    "sigmoid": lambda d: _f(d, "braze_sigmoidf({a})", "(1.0 / (1.0 + exp(-{a})))"),
+    "erf": lambda d: _f(d, "braze_erff({a})", "erf({a})"),
+    "relu": lambda d: "({a} < 0 ? 0 : {a})",
+    "gelu": lambda d: _f(d, "(0.5f * {a} * (1.0f + braze_erff({a} * 0.70710678118654752f)))",
+                         "(0.5 * {a} * (1.0 + erf({a} * 0.70710678118654752)))"),
+    "gelu_tanh": lambda d: _f(d, "(0.5f * {a} * (1.0f + braze_tanhf(0.79788456080286536f * ({a} + 0.044715f * {a} * {a} * {a}))))",
+                              "(0.5 * {a} * (1.0 + tanh(0.79788456080286536 * ({a} + 0.044715 * {a} * {a} * {a}))))"),
+    "silu": lambda d: _f(d, "({a} * braze_sigmoidf({a}))", "({a} / (1.0 + exp(-{a})))"),
+    "floor": lambda d: _f(d, "floorf({a})", "floor({a})"),
+    "ceil": lambda d: _f(d, "ceilf({a})", "ceil({a})"),
+    "round": lambda d: _f(d, "rintf({a})", "rint({a})"),
+    "sign": lambda d: ("({a} != {a} ? {a} : ({a} > 0) - ({a} < 0))" if d.is_floating_point
+                       else "(({a} > 0) - ({a} < 0))"),
+    "logical_not": lambda d: "({a} == 0)",
+    "isnan": lambda d: "({a} != {a})",
+    "isinf": lambda d: _f(d, "(fabsf({a}) == INFINITY)", "(fabs({a}) == INFINITY)"),
+    "isfinite": lambda d: "({a} - {a} == 0)",
+}
+
+BINARY: dict[str, Any] = {
+    "add": lambda d: "({a} + {b})",
+    "sub": lambda d: "({a} - {b})",
+    "mul": lambda d: "({a} * {b})",
+    "div": lambda d: "({a} / {b})" if d.is_floating_point else "((double){a} / (double){b})",
+    "floor_divide": lambda d: "braze_floordiv_i64({a}, {b})",
+    "remainder": lambda d: "braze_mod_i64({a}, {b})",
+    "pow": lambda d: _f(d, "powf({a}, {b})", "pow({a}, {b})"),
+    "maximum": lambda d: "(({a} != {a}) || {a} > {b} ? {a} : {b})",
+    "minimum": lambda d: "(({a} != {a}) || {a} < {b} ? {a} : {b})",
+    "eq": lambda d: "({a} == {b})",
+    "ne": lambda d: "({a} != {b})",
+    "lt": lambda d: "({a} < {b})",
+    "le": lambda d: "({a} <= {b})",
+    "gt": lambda d: "({a} > {b})",
+    "ge": lambda d: "({a} >= {b})",
+    "logical_and": lambda d: "(({a} != 0) && ({b} != 0))",
+    "logical_or": lambda d: "(({a} != 0) || ({b} != 0))",
+    "logical_xor": lambda d: "(({a} != 0) != ({b} != 0))",
+}
+
+PRELUDE = r"""
+#include <stdint.h>
+#include <math.h>
+static inline float braze_h2f(uint16_t h) { _Float16 v; __builtin_memcpy(&v, &h, 2); return (float)v; }
+static inline uint16_t braze_f2h(float f) { _Float16 v = (_Float16)f; uint16_t h; __builtin_memcpy(&h, &v, 2); return h; }
+static inline float braze_b2f(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; __builtin_memcpy(&f, &u, 4); return f; }
+static inline uint16_t braze_f2b(float f) {
+    uint32_t u; __builtin_memcpy(&u, &f, 4);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;        /* round to nearest even */
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : r);  /* keep nan a nan */
+}
+static inline int64_t braze_floordiv_i64(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static inline int64_t braze_mod_i64(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+"""
+
+
+def _cmath() -> str:
+    return resources.files("braze.codegen").joinpath("cmath.h").read_text()
+
+
+def _const(value: Any, d: DType) -> str:
+    if d.is_floating_point:
+        v = float(value)
+        if math.isnan(v):
+            return "NAN"
+        if math.isinf(v):
+            return "INFINITY" if v > 0 else "(-INFINITY)"
+        return f"{v!r}" if d is dt.float64 else f"{v!r}f"
+    if d is dt.bool_:
+        return "1" if value else "0"
+    return f"INT64_C({int(value)})" if d is dt.int64 else str(int(value))
+
+
+def _round(expr: str, d: DType) -> str:
+    """Round a float result to a half type, as the reference stores it."""
+    if d is dt.float16:
+        return f"braze_h2f(braze_f2h({expr}))"
+    if d is dt.bfloat16:
+        return f"braze_b2f(braze_f2b({expr}))"
+    return expr
+
+
+class Renderer:
+    def __init__(self, coords: list[str]) -> None:
+        self.coords = coords
+
+    def index(self, a: ir.Affine) -> str:
+        terms = [str(a.offset)] if a.offset else []
+        for c, k in zip(self.coords, a.coeffs):
+            if k:
+                terms.append(c if k == 1 else f"{c} * {k}")
+        return " + ".join(terms) or "0"
+
+    def load(self, arg: int, a: ir.Affine, d: DType) -> str:
+        raw = f"a{arg}[{self.index(a)}]"
+        if d is dt.float16:
+            return f"braze_h2f({raw})"
+        if d is dt.bfloat16:
+            return f"braze_b2f({raw})"
+        return f"(({vtype(d)}){raw})"
+
+    def expr(self, e: ir.Expr) -> str:
+        if isinstance(e, ir.Load):
+            return self.load(e.arg, e.index, e.dtype)
+        if isinstance(e, ir.Const):
+            return f"(({vtype(e.dtype)}){_const(e.value, e.dtype)})"
+        if isinstance(e, ir.Coord):
+            return f"(({vtype(e.dtype)}){self.coords[e.dim]})"
+        if isinstance(e, ir.Acc):
+            return f"acc{e.stage}"
+        args = [self.expr(a) for a in e.args]
+        src = e.args[0].dtype if e.args else e.dtype
+        if e.name == "where":
+            text = f"({args[0]} ? {args[1]} : {args[2]})"
+        elif e.name == "cast":
+            text = f"({args[0]} != 0)" if e.dtype is dt.bool_ else args[0]
+        elif e.name in UNARY:
+            text = UNARY[e.name](src).format(a=args[0])
+        else:
+            text = BINARY[e.name](src).format(a=args[0], b=args[1])
+        return _round(f"(({vtype(e.dtype)}){text})", e.dtype)
+
+    def store(self, arg: int, a: ir.Affine, e: ir.Expr, d: DType) -> str:
+        value = self.expr(e)
+        if d is dt.float16:
+            value = f"braze_f2h({value})"
+        elif d is dt.bfloat16:
+            value = f"braze_f2b({value})"
+        elif value and e.dtype is not d:
+            value = f"({CTYPE[d.name]})({value})"
+        return f"a{arg}[{self.index(a)}] = {value};"
+
+
+_INIT = {"sum": "0", "prod": "1", "any": "0", "all": "1"}
+_OMP = {"sum": "+", "prod": "*", "any": "|", "all": "&", "amax": "max", "amin": "min"}
+
+
+def _reduce_init(op: str, d: DType) -> str:
+    if op in _INIT:
+        return _INIT[op]
+    if d.is_floating_point:
+        return "(-INFINITY)" if op == "amax" else "INFINITY"
+    info = "INT64_MIN" if op == "amax" else "INT64_MAX"
+    if d is dt.int64:
+        return info
+    import numpy as np
+    lim = np.iinfo(d.np)
+    return str(lim.min if op == "amax" else lim.max)
+
+
+def _reduce_update(op: str, acc: str, x: str) -> str:
+    return {
+        "sum": f"{acc} += {x};",
+        "prod": f"{acc} *= {x};",
+        "any": f"{acc} |= ({x} != 0);",
+        "all": f"{acc} &= ({x} != 0);",
+        "amax": f"{acc} = ({x} > {acc}) ? {x} : {acc};",
+        "amin": f"{acc} = ({x} < {acc}) ? {x} : {acc};",
+    }[op]
+
+
+def _passes(k: ir.Kernel) -> list[list[int]]:
+    """Reduce stages grouped into passes: a reduction that reads another's result runs
+    in a later pass; independent reductions (mean and mean of squares) share one."""
+    level: dict[int, int] = {}
+    for i, s in enumerate(k.stages):
+        if isinstance(s, ir.Reduce):
+            deps = [n.stage for n in ir.walk(s.expr) if isinstance(n, ir.Acc)]
+            level[i] = 1 + max((level[d] for d in deps), default=-1)
+    out: list[list[int]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
+    for i, lv in level.items():
+        out[lv].append(i)
+    return out
+
+
+def kernel_source(k: ir.Kernel, name: str) -> str:
+    """The C source of one kernel: ``void name(void **args, int64_t nthreads)``."""
+    n_out, n_in = len(k.outer), len(k.inner)
+    coords = [f"o{i}" for i in range(n_out)] + [f"i{i}" for i in range(n_in)]
+    r = Renderer(coords)
+    lines = [f"void {name}(void **args, int64_t nthreads) {{"]
+    for i, (d, written) in enumerate(k.args):
+        const = "" if written else "const "
+        lines.append(f"    {const}{CTYPE[d.name]} *restrict a{i} = ({const}{CTYPE[d.name]} *)args[{i}];")
+    rows = prod(k.outer)
+    row_len = prod(k.inner)
+    total = rows * max(row_len, 1)
+    lines.append(f"    #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1 && {total} > 32768)")
+    lines.append(f"    for (int64_t row = 0; row < {max(rows, 1) if k.outer else 1}; row++) {{")
+    rest = "row"
+    for i in range(n_out - 1, -1, -1):
+        size = k.outer[i]
+        lines.append(f"        const int64_t o{i} = {rest} % {size};")
+        if i:
+            lines.append(f"        const int64_t q{i} = {rest} / {size};")
+            rest = f"q{i}"
+    body_indent = "        "
+
+    def inner_loop(body: list[str], reduction: str = "") -> list[str]:
+        if not k.inner:
+            return [body_indent + "{"] + [body_indent + "    " + b for b in body] + [body_indent + "}"]
+        out = []
+        ind = body_indent
+        for j, size in enumerate(k.inner):
+            if j == n_in - 1:
+                out.append(f"{ind}#pragma omp simd{reduction}")
+            out.append(f"{ind}for (int64_t i{j} = 0; i{j} < {size}; i{j}++) {{")
+            ind += "    "
+        out += [ind + b for b in body]
+        for j in range(n_in):
+            ind = ind[:-4]
+            out.append(f"{ind}}}")
+        return out
+
+    for p in _passes(k):
+        clauses = []
+        body = []
+        for i in p:
+            s = k.stages[i]
+            assert isinstance(s, ir.Reduce)
+            acc_t = vtype(s.dtype)
+            lines.append(f"{body_indent}{acc_t} acc{i} = {_reduce_init(s.op, s.dtype)};")
+            if s.op in ("amax", "amin") and s.dtype.is_floating_point:
+                lines.append(f"{body_indent}int nan{i} = 0;")
+                clauses.append(f" reduction(|:nan{i})")
+                body.append(f"{{ {acc_t} x = {r.expr(s.expr)}; nan{i} |= (x != x); {_reduce_update(s.op, f'acc{i}', 'x')} }}")
+            else:
+                body.append(_reduce_update(s.op, f"acc{i}", f"(({acc_t}){r.expr(s.expr)})"))
+            clauses.append(f" reduction({_OMP[s.op]}:acc{i})")
+        lines += inner_loop(body, "".join(clauses))
+        for i in p:
+            s = k.stages[i]
+            assert isinstance(s, ir.Reduce)
+            if s.op in ("amax", "amin") and s.dtype.is_floating_point:
+                lines.append(f"{body_indent}if (nan{i}) acc{i} = NAN;")
+    row_stores = [s for s in k.stages if isinstance(s, ir.StoreRow)]
+    for s in row_stores:
+        lines.append(body_indent + r.store(s.arg, s.index, s.expr, k.args[s.arg][0]))
+    elem_stores = [s for s in k.stages if isinstance(s, ir.Store)]
+    if elem_stores:
+        lines += inner_loop([r.store(s.arg, s.index, s.expr, k.args[s.arg][0]) for s in elem_stores])
+    lines.append("    }")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def module_source(kernels: list[tuple[ir.Kernel, str]]) -> str:
+    """One C translation unit holding the given kernels."""
+    return "\n".join([_cmath(), PRELUDE] + [kernel_source(k, n) for k, n in kernels]) + "\n"

@@ -1,0 +1,121 @@
+"""The loop IR: what a fused kernel computes, per element, before it becomes C.
+
+A kernel iterates over ``outer`` (independent rows, run in parallel) times ``inner``
+(the elements of one row). Its body is a list of stages run in order for each row:
+
+- ``Reduce``: fold an element expression over the row into a per-row accumulator
+  (sum, max, min, prod, any, all); later stages read it as ``Acc``.
+- ``Store``: write an element expression for every element of the row.
+- ``StoreRow``: write a row expression once per row (a reduction's result).
+
+Expressions are small trees: ``Load`` (a kernel argument read at an affine index of
+the loop coordinates, derived from a Layout: every view is index arithmetic here),
+``Const``, ``Coord`` (a loop coordinate, for arange and masks), ``Acc`` and ``Op``
+(an element-wise op by registry name). A pure element-wise kernel is the special case
+with no Reduce stages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from .dtypes import DType
+
+
+@dataclass(frozen=True)
+class Affine:
+    """``offset + sum(coeffs[k] * coord[k])`` over the kernel's outer then inner coords."""
+
+    offset: int
+    coeffs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Load:
+    arg: int
+    index: Affine
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Const:
+    value: Any
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Coord:
+    dim: int  # position in outer + inner
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Acc:
+    stage: int  # index of the Reduce stage whose result this is
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    args: tuple["Expr", ...]
+    dtype: DType
+    attrs: tuple[tuple[str, Any], ...] = ()
+
+
+Expr = Union[Load, Const, Coord, Acc, Op]
+
+
+@dataclass(frozen=True)
+class Reduce:
+    op: str  # sum, max, min, prod, any, all
+    expr: Expr
+    dtype: DType  # accumulator dtype
+
+
+@dataclass(frozen=True)
+class Store:
+    arg: int
+    index: Affine
+    expr: Expr
+
+
+@dataclass(frozen=True)
+class StoreRow:
+    arg: int
+    index: Affine  # over outer coords only (inner coeffs are 0)
+    expr: Expr
+
+
+Stage = Union[Reduce, Store, StoreRow]
+
+
+@dataclass
+class Kernel:
+    outer: tuple[int, ...]
+    inner: tuple[int, ...]
+    stages: list[Stage] = field(default_factory=list)
+    args: list[tuple[DType, bool]] = field(default_factory=list)  # (dtype, written)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.outer) + len(self.inner)
+
+
+def walk(e: Expr) -> Any:
+    """Every node of an expression, children first."""
+    if isinstance(e, Op):
+        for a in e.args:
+            yield from walk(a)
+    yield e
+
+
+def uses_inner(e: Expr, n_outer: int) -> bool:
+    """Does the expression vary along the row (so it cannot be computed once per row)?"""
+    for node in walk(e):
+        if isinstance(node, Load) and any(node.index.coeffs[n_outer:]):
+            return True
+        if isinstance(node, Coord) and node.dim >= n_outer:
+            return True
+    return False

@@ -1,0 +1,328 @@
+"""The scheduler: group a flushed stream's nodes into fused kernels and extern steps.
+
+Every node is visited once, in recorded order. A node with a lowering joins an open
+*group* (a kernel being built) when it can (``can_fuse``), choosing the group whose
+fusion saves the most memory traffic (``score``: bytes of the node's inputs that it
+would read from registers instead of memory); otherwise it starts a new group. A node
+without a lowering (matmul, sort, gather, an in-place write ...) is an extern step: it
+first closes the groups whose results it needs (and, for a write, every open group, so
+reads recorded before the write run before it), then runs in order.
+
+A group is a kernel over ``outer`` (rows, parallel) x ``inner`` (one row). Each value a
+member computes is kept as an IR expression over those coordinates with the Affine
+index at which its contiguous output would be stored. A consumer inlines a producer's
+expression when it reads the producer's output at exactly that index (same element
+for element; broadcasting a row value along the row also matches, since a row value's
+index does not move along the row). Reading it any other way (a transpose, a slice, a
+reshape that is not a view in these coordinates) refuses the fusion, with a reason.
+
+When a group closes, a value is stored (materialised) only if Python can still reach
+its tensor or a node outside the group reads it; everything else stays in registers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any, Sequence
+
+from .. import dtypes as dt
+from .. import ir
+from ..layout import Layout, Shape
+from ..ops.lowering import ReduceSpec
+
+Key = int  # a storage's relative id within the flushed stream
+
+
+def _debug() -> int:
+    try:
+        return int(os.environ.get("BRAZE_DEBUG", "0"))
+    except ValueError:
+        return 0
+
+
+def refuse(node: Any, reason: str) -> None:
+    """Say why a fusion did not happen (``BRAZE_DEBUG=1``)."""
+    if _debug() >= 1:
+        print(f"braze: not fused: {node.op.name}: {reason}", file=sys.stderr)
+
+
+@dataclass
+class Value:
+    """A node's output as its group computes it."""
+
+    expr: ir.Expr
+    index: ir.Affine  # where its contiguous output would live, in group coordinates
+    row: bool  # constant along the row (a reduction result or a function of one)
+    shape: Shape
+
+
+@dataclass
+class Group:
+    gid: int
+    outer: Shape
+    inner: Shape
+    elem_shape: Shape  # the element-level node shape, in its own dim order
+    elem_map: tuple[int, ...]  # elem dim -> coordinate
+    row_shapes: dict[Shape, tuple[int | None, ...]] = field(default_factory=dict)  # row-level shape -> dim map
+    stages: list[ir.Stage] = field(default_factory=list)
+    values: dict[Key, Value] = field(default_factory=dict)
+    members: list[int] = field(default_factory=list)
+    loads: dict[Key, int] = field(default_factory=dict)  # storage -> kernel argument
+    deps: set[int] = field(default_factory=set)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.outer) + len(self.inner)
+
+
+@dataclass
+class KernelStep:
+    kernel: ir.Kernel
+    args: list[Key]  # storage of each kernel argument
+    outputs: list[Key]  # storages this kernel produces (to allocate)
+    nodes: list[int]
+
+
+@dataclass
+class ExternStep:
+    node: int
+
+
+@dataclass
+class Schedule:
+    steps: list[KernelStep | ExternStep]
+    materialized: set[Key]
+
+
+def affine(layout: Layout, dim_map: Sequence[int | None], ndim: int) -> ir.Affine:
+    """A node operand's layout as an affine index over group coordinates."""
+    coeffs = [0] * ndim
+    for size, stride, c in zip(layout.shape, layout.strides, dim_map):
+        if size != 1 and c is not None:
+            coeffs[c] += stride
+    return ir.Affine(layout.offset, tuple(coeffs))
+
+
+class Scheduler:
+    def __init__(self, nodes: Sequence[Any], key_of: dict[int, Key], live: set[Key]) -> None:
+        self.nodes = nodes
+        self.key_of = key_of  # id(storage) -> relative key
+        self.live = live
+        self.groups: list[Group] = []
+        self.open: list[Group] = []
+        self.producer: dict[Key, Group] = {}
+        self.steps: list[KernelStep | ExternStep] = []
+        self.materialized: set[Key] = set()
+        self.readers: dict[Key, set[int]] = {}
+        self.dtypes: dict[Key, dt.DType] = {}
+        for i, node in enumerate(nodes):
+            # A write's target counts as read: the write needs the storage to exist.
+            for o in list(node.inputs) + (list(node.outputs) if node.op.inplace else []):
+                self.readers.setdefault(self.key(o.storage), set()).add(i)
+            for o in list(node.inputs) + list(node.outputs):
+                self.dtypes[self.key(o.storage)] = o.storage.dtype
+
+    def key(self, storage: Any) -> Key:
+        return self.key_of[id(storage)]
+
+    # -- the main loop ---------------------------------------------------------------
+    def run(self) -> Schedule:
+        for i, node in enumerate(self.nodes):
+            lower = node.op.lower
+            if node.op.inplace or lower is None:
+                if lower is None and not node.op.inplace:
+                    refuse(node, "no lowering to the loop IR: runs as an extern step")
+                self.extern(i, node)
+                continue
+            if not self.place(i, node):
+                self.extern(i, node)
+        for g in list(self.open):
+            self.close(g)
+        return Schedule(self.steps, self.materialized)
+
+    def extern(self, i: int, node: Any) -> None:
+        if node.op.inplace:
+            for g in list(self.open):
+                self.close(g)
+        for o in node.inputs:
+            g = self.producer.get(self.key(o.storage))
+            if g is not None and g in self.open:
+                self.close(g)
+            self.materialized.add(self.key(o.storage))
+        self.steps.append(ExternStep(i))
+
+    # -- placing a lowerable node ------------------------------------------------------
+    def place(self, i: int, node: Any) -> bool:
+        spec_probe = node.op.name in ("sum", "prod", "mean", "amax", "amin", "any", "all")
+        candidates = []
+        for o in node.inputs:
+            g = self.producer.get(self.key(o.storage))
+            if g is not None and g in self.open and g not in candidates:
+                candidates.append(g)
+        best: tuple[int, Group] | None = None
+        for g in candidates:
+            reason = self.can_fuse(g, node)
+            if reason:
+                refuse(node, f"group {g.gid}: {reason}")
+                continue
+            s = self.score(g, node)
+            if best is None or s > best[0]:
+                best = (s, g)
+        if best is not None:
+            return self.add(best[1], i, node)
+        g = self.new_group(node, reduce=spec_probe)
+        if g is None:
+            return False
+        return self.add(g, i, node)
+
+    def space(self, g: Group, node: Any) -> tuple[str, tuple[int | None, ...]] | None:
+        """How the node's dims map onto the group's coordinates, or None."""
+        if node.op.name in ("sum", "prod", "mean", "amax", "amin", "any", "all"):
+            src = node.inputs[0].layout.shape
+            dims = node.attrs["dims"]
+            kept = [d for d in range(len(src)) if d not in dims]
+            if src != g.elem_shape or tuple(kept + list(dims)) != tuple(
+                    sorted(range(len(src)), key=lambda d: g.elem_map[d])):
+                return None
+            return "reduce", g.elem_map
+        shape = node.outputs[0].layout.shape
+        if shape == g.elem_shape:
+            return "elem", g.elem_map
+        if shape in g.row_shapes:
+            return "row", g.row_shapes[shape]
+        return None
+
+    def can_fuse(self, g: Group, node: Any) -> str:
+        sp = self.space(g, node)
+        if sp is None:
+            return f"iteration space {node.outputs[0].layout.shape} does not match the group's {g.elem_shape}"
+        kind, dim_map = sp
+        for o in node.inputs:
+            k = self.key(o.storage)
+            v = g.values.get(k)
+            if v is None:
+                continue
+            want = affine(o.layout, dim_map, g.ndim)
+            if want != v.index:
+                return f"reads #{o.storage.id} through a view that is not element-aligned ({o.layout})"
+            if kind == "row" and not v.row:
+                return "a row-level node cannot read an element-level value"
+            if kind == "reduce" and v.row:
+                return "a reduction over a row value"
+        if kind == "reduce" and any(isinstance(s, ir.Store) for s in g.stages):
+            return "the group already stores element values before this reduction"
+        return ""
+
+    def score(self, g: Group, node: Any) -> int:
+        """Bytes of memory traffic the fusion saves: each input read from the group is
+        neither written by its producer (unless needed elsewhere) nor read back here."""
+        return sum(2 * o.layout.numel * o.storage.dtype.itemsize for o in node.inputs
+                   if self.key(o.storage) in g.values)
+
+    def new_group(self, node: Any, reduce: bool) -> Group | None:
+        gid = len(self.groups)
+        if reduce:
+            src = node.inputs[0].layout.shape
+            dims = node.attrs["dims"]
+            kept = [d for d in range(len(src)) if d not in dims]
+            order = kept + list(dims)
+            coord = {d: c for c, d in enumerate(order)}
+            g = Group(gid, tuple(src[d] for d in kept), tuple(src[d] for d in dims), tuple(src),
+                      tuple(coord[d] for d in range(len(src))))
+        else:
+            shape = node.outputs[0].layout.shape
+            if not shape:
+                g = Group(gid, (), (), (), ())
+            else:
+                g = Group(gid, shape[:-1], shape[-1:], shape, tuple(range(len(shape))))
+        self.groups.append(g)
+        self.open.append(g)
+        return g
+
+    def operand(self, g: Group, o: Any, dim_map: Sequence[int | None]) -> ir.Expr:
+        k = self.key(o.storage)
+        v = g.values.get(k)
+        if v is not None:
+            return v.expr
+        src = self.producer.get(k)
+        if src is not None and src is not g:
+            if src in self.open:
+                self.close(src)
+            g.deps.add(src.gid)
+        self.materialized.add(k)
+        arg = g.loads.setdefault(k, len(g.loads))
+        return ir.Load(arg, affine(o.layout, dim_map, g.ndim), o.storage.dtype)
+
+    def add(self, g: Group, i: int, node: Any) -> bool:
+        sp = self.space(g, node)
+        assert sp is not None
+        kind, dim_map = sp
+        args = [self.operand(g, o, dim_map) for o in node.inputs]
+        out = node.outputs[0]
+        result = node.op.lower(args, node.attrs, out.storage.dtype)
+        if result is None:
+            refuse(node, f"no lowering for dtype {out.storage.dtype.name}: runs as an extern step")
+            if not g.members and not g.values:
+                self.open.remove(g)
+                self.groups.remove(g)
+            return False
+        if isinstance(result, ReduceSpec):
+            expr = self.reduce(g, node, result, args[0])
+            keep = node.attrs["keepdim"]
+            src = node.inputs[0].layout.shape
+            n_outer = len(g.outer)
+            row_map = tuple(g.elem_map[d] if d not in node.attrs["dims"] else None for d in range(len(src))) \
+                if keep else tuple(c for c in range(n_outer))
+            g.row_shapes.setdefault(out.layout.shape, row_map)
+            value = Value(expr, affine(out.layout, row_map, g.ndim), True, out.layout.shape)
+        else:
+            value = Value(result, affine(out.layout, dim_map, g.ndim), kind == "row", out.layout.shape)
+        k = self.key(out.storage)
+        g.values[k] = value
+        g.members.append(i)
+        self.producer[k] = g
+        return True
+
+    def reduce(self, g: Group, node: Any, spec: ReduceSpec, arg: ir.Expr) -> ir.Expr:
+        g.stages.append(ir.Reduce(spec.op, arg, spec.acc))
+        acc: ir.Expr = ir.Acc(len(g.stages) - 1, spec.acc)
+        out = node.outputs[0].storage.dtype
+        if spec.post == "mean":
+            n = prod(g.inner)
+            acc = ir.Op("div", (acc, ir.Const(n, spec.acc)), spec.acc)
+        if acc.dtype is not out:
+            acc = ir.Op("cast", (acc,), out)
+        return acc
+
+    # -- closing a group: decide what to store, emit the kernel --------------------------
+    def close(self, g: Group) -> None:
+        self.open.remove(g)
+        if not g.members:
+            return
+        members = set(g.members)
+        args = dict(g.loads)
+        outputs = []
+        stages = list(g.stages)
+        for k, v in g.values.items():
+            outside = any(r not in members for r in self.readers.get(k, ()))
+            if k not in self.live and not outside:
+                continue
+            arg = args.setdefault(k, len(args))
+            outputs.append(k)
+            self.materialized.add(k)
+            if v.row and g.inner:
+                stages.append(ir.StoreRow(arg, v.index, v.expr))
+            else:
+                stages.append(ir.Store(arg, v.index, v.expr))
+        if not outputs:
+            return
+        order = sorted(args, key=lambda k: args[k])
+        kernel = ir.Kernel(g.outer, g.inner, stages, [(self.dtypes[k], k in outputs) for k in order])
+        self.steps.append(KernelStep(kernel, order, outputs, sorted(members)))
+
+
+def schedule(nodes: Sequence[Any], key_of: dict[int, Key], live: set[Key]) -> Schedule:
+    return Scheduler(nodes, key_of, live).run()
