@@ -25,7 +25,8 @@ _ids = itertools.count()
 
 
 class Storage:
-    __slots__ = ("dtype", "device", "numel", "array", "producer", "error", "readonly", "owner", "id", "__weakref__")
+    __slots__ = ("dtype", "device", "numel", "array", "producer", "error", "readonly", "owner", "id", "dirty",
+                 "__weakref__")
 
     def __init__(self, dtype: DType, device: Device, numel: int, array: np.ndarray | None = None,
                  *, readonly: bool = False, owner: Any = None) -> None:
@@ -37,6 +38,7 @@ class Storage:
         self.error: BaseException | None = None
         self.readonly = readonly
         self.owner = owner  # keeps what the array points into alive (an mmap, a file)
+        self.dirty = False  # a write to it waits on the stream
         self.id = next(_ids)
 
     @property

@@ -62,7 +62,9 @@ class Stream:
     def record(self, node: Node) -> None:
         """Append a checked node; producers are marked so reads know to flush."""
         for out in node.outputs:
-            if not node.op.inplace:
+            if node.op.inplace:
+                out.storage.dirty = True
+            else:
                 out.storage.producer = node
         self.nodes.append(node)
         COUNTERS["nodes_recorded"] += 1
@@ -97,25 +99,46 @@ class Stream:
             return
         nodes, self.nodes = self.nodes, deque()
         COUNTERS["flushes"] += 1
+        written = [o.storage for n in nodes if n.op.inplace for o in n.outputs]
         try:
             self.executor(nodes)
         except BaseException as err:
             for node in nodes:
                 for out in node.outputs:
-                    if not node.op.inplace:
+                    if not node.op.inplace and out.storage.array is None:
                         out.storage.error = err
                         out.storage.producer = None
             raise
+        finally:
+            for st in written:
+                st.dirty = False
 
 
 _streams: dict[str, Stream] = {}
 
 
+def fusion_enabled() -> bool:
+    """``BRAZE_FUSION=0`` selects the reference executor; otherwise braze fuses and
+    compiles, unless there is no C compiler (then it says so once and does not)."""
+    if os.environ.get("BRAZE_FUSION", "1").strip() == "0":
+        return False
+    from .runtime.cpu import have_compiler
+    return have_compiler()
+
+
+def _execute(nodes: "deque[Node]") -> None:
+    if fusion_enabled():
+        from .plan import execute
+        execute(nodes)
+    else:
+        from .runtime.reference import run
+        run(nodes)
+
+
 def stream(device: str = "cpu") -> Stream:
     s = _streams.get(device)
     if s is None:
-        from .runtime.reference import run
-        s = _streams[device] = Stream(run)
+        s = _streams[device] = Stream(_execute)
     return s
 
 

@@ -157,9 +157,12 @@ class Tensor:
 
     # -- sync points ---------------------------------------------------------------------
     def realize(self) -> "Tensor":
-        """Run everything recorded so far; the tensor's data then exists."""
-        stream(str(self.device)).flush()
-        self._storage.data()
+        """Make this tensor's data exist: flush the stream if the tensor is still being
+        computed or written (an already-computed tensor is not a sync point)."""
+        st = self._storage
+        if st.producer is not None or st.dirty:
+            stream(str(self.device)).flush()
+        st.data()
         return self
 
     def numpy(self) -> np.ndarray:
@@ -931,8 +934,10 @@ def _operands_where(condition: Any, a: Any, b: Any) -> list[Tensor]:
     if not isinstance(condition, Tensor):
         raise Unsupported("where", "condition must be a bool tensor")
     like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
-    if like is None:
-        raise Unsupported("where", "at least one of input/other must be a tensor (scalars need a dtype)")
+    if like is None:  # two scalars: PyTorch's default dtype for their kind
+        kinds = {type(v) for v in (a, b)}
+        d = dt.float32 if float in kinds else dt.bool_ if kinds == {bool} else dt.int64
+        like = _constant(0, d)
     a_t = _as_tensor_like(a, like, "where")
     b_t = _as_tensor_like(b, like, "where")
     return _operands("where", condition, a_t, b_t)
@@ -1338,7 +1343,7 @@ def full(size: Any, fill_value: Scalar, *, dtype: Any = None, device: Any = None
     if dtype is None:
         dtype = dt.bool_ if isinstance(fill_value, bool) else dt.int64 if isinstance(fill_value, int) else dt.float32
     d = as_dtype(dtype, "full")
-    value = _scalar_to("full", fill_value, d).numpy().reshape(()).item() if not d.is_half else float(fill_value)
+    value = _scalar_to("full", fill_value, d)._storage.data()[0].item() if not d.is_half else float(fill_value)
     return _record("full", [], shape=shape, dtype=d, value=value)  # type: ignore[no-any-return]
 
 

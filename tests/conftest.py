@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 DATA = Path(__file__).parent / "data"
+
+# The property tests draw new shapes all the time; a user's program repeats. Let each
+# program be compiled for a few shapes (instead of braze's default 2) so that the fused
+# run of the suite exercises compiled kernels on many shapes, at a bounded compile cost.
+os.environ.setdefault("BRAZE_SHAPE_VARIANTS", "6")
 
 
 @pytest.fixture(scope="session")

@@ -201,6 +201,8 @@ def _reduce_init(op: str, d: DType) -> str:
         return _INIT[op]
     if d.is_floating_point:
         return "(-INFINITY)" if op == "amax" else "INFINITY"
+    if d is dt.bool_:
+        return "0" if op == "amax" else "1"
     info = "INT64_MIN" if op == "amax" else "INT64_MAX"
     if d is dt.int64:
         return info
@@ -245,6 +247,8 @@ def kernel_source(k: ir.Kernel, name: str) -> str:
         lines.append(f"    {const}{CTYPE[d.name]} *restrict a{i} = ({const}{CTYPE[d.name]} *)args[{i}];")
     rows = prod(k.outer)
     row_len = prod(k.inner)
+    if rows == 0:  # no row to compute (and a size-0 dim must not reach a % 0)
+        return "\n".join(lines + ["    (void)nthreads;", "}"])
     total = rows * max(row_len, 1)
     lines.append(f"    #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1 && {total} > 32768)")
     lines.append(f"    for (int64_t row = 0; row < {max(rows, 1) if k.outer else 1}; row++) {{")
@@ -305,6 +309,6 @@ def kernel_source(k: ir.Kernel, name: str) -> str:
     return "\n".join(lines)
 
 
-def module_source(kernels: list[tuple[ir.Kernel, str]]) -> str:
-    """One C translation unit holding the given kernels."""
-    return "\n".join([_cmath(), PRELUDE] + [kernel_source(k, n) for k, n in kernels]) + "\n"
+def module_source(kernel_sources: list[str]) -> str:
+    """One C translation unit holding the given kernels' sources."""
+    return "\n".join([_cmath(), PRELUDE] + kernel_sources) + "\n"

@@ -64,15 +64,19 @@ def _store(node: "Node", operand: "Operand", value: np.ndarray, args: list[np.nd
     storage.producer = None
 
 
+def run_node(node: "Node") -> None:
+    """Execute one node (also how a fused plan runs its extern steps)."""
+    args = _inputs(node)
+    with np.errstate(all="ignore"):  # IEEE semantics, quietly: overflow to inf is a result
+        result = node.op.reference(*args, **node.attrs)
+        results = result if isinstance(result, tuple) else (result,)
+        for operand, value in zip(node.outputs, results):
+            _store(node, operand, value, args)
+    COUNTERS["kernel_launches"] += 1
+
+
 def run(nodes: "deque[Node]") -> None:
     """Execute and consume ``nodes`` in order."""
     while nodes:
-        node = nodes[0]
-        args = _inputs(node)
-        with np.errstate(all="ignore"):  # IEEE semantics, quietly: overflow to inf is a result
-            result = node.op.reference(*args, **node.attrs)
-            results = result if isinstance(result, tuple) else (result,)
-            for operand, value in zip(node.outputs, results):
-                _store(node, operand, value, args)
-        COUNTERS["kernel_launches"] += 1
+        run_node(nodes[0])
         nodes.popleft()

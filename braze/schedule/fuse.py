@@ -162,6 +162,12 @@ class Scheduler:
             g = self.producer.get(self.key(o.storage))
             if g is not None and g in self.open and g not in candidates:
                 candidates.append(g)
+        if not candidates:
+            # Siblings: an open group that already loads one of this node's inputs can
+            # read it once for both (mean and mean of squares of the same x).
+            for g in self.open:
+                if any(self.key(o.storage) in g.loads for o in node.inputs):
+                    candidates.append(g)
         best: tuple[int, Group] | None = None
         for g in candidates:
             reason = self.can_fuse(g, node)
@@ -184,9 +190,11 @@ class Scheduler:
             src = node.inputs[0].layout.shape
             dims = node.attrs["dims"]
             kept = [d for d in range(len(src)) if d not in dims]
-            if src != g.elem_shape or tuple(kept + list(dims)) != tuple(
+            if src != g.elem_shape or tuple(kept) + tuple(dims) != tuple(
                     sorted(range(len(src)), key=lambda d: g.elem_map[d])):
                 return None
+            if len(kept) != len(g.outer) and (g.stages or g.row_shapes):
+                return None  # rows are fixed once the group has reduced something
             return "reduce", g.elem_map
         shape = node.outputs[0].layout.shape
         if shape == g.elem_shape:
@@ -217,10 +225,15 @@ class Scheduler:
         return ""
 
     def score(self, g: Group, node: Any) -> int:
-        """Bytes of memory traffic the fusion saves: each input read from the group is
-        neither written by its producer (unless needed elsewhere) nor read back here."""
-        return sum(2 * o.layout.numel * o.storage.dtype.itemsize for o in node.inputs
-                   if self.key(o.storage) in g.values)
+        """Bytes of memory traffic the fusion saves: each input the group computes is
+        neither written by its producer (unless needed elsewhere) nor read back (2x its
+        size); each input the group already loads is read once instead of twice (1x)."""
+        saved = 0
+        for o in node.inputs:
+            k = self.key(o.storage)
+            nbytes = o.layout.numel * o.storage.dtype.itemsize
+            saved += 2 * nbytes if k in g.values else nbytes if k in g.loads else 0
+        return saved
 
     def new_group(self, node: Any, reduce: bool) -> Group | None:
         gid = len(self.groups)
@@ -287,6 +300,12 @@ class Scheduler:
         return True
 
     def reduce(self, g: Group, node: Any, spec: ReduceSpec, arg: ir.Expr) -> ir.Expr:
+        if not g.stages:
+            # The first reduction decides what a row is. Coordinates are numbered outer
+            # then inner in one sequence, so moving the split renumbers nothing.
+            n_kept = len(g.elem_shape) - len(node.attrs["dims"])
+            coords = g.outer + g.inner
+            g.outer, g.inner = coords[:n_kept], coords[n_kept:]
         g.stages.append(ir.Reduce(spec.op, arg, spec.acc))
         acc: ir.Expr = ir.Acc(len(g.stages) - 1, spec.acc)
         out = node.outputs[0].storage.dtype

@@ -1,0 +1,200 @@
+"""Plans: a flushed stream, scheduled and compiled once, replayed when it comes again.
+
+The flushed nodes are put in a *relative form* (after Burn's fusion streams): storages
+are numbered by first appearance, so two flushes that do the same thing to different
+tensors read the same; constants are storages too, so a different scalar value is the
+same form. The form, with which of its results Python can still reach, is the key of a
+stored ``Plan``: the schedule (fused kernels and extern steps) with every kernel
+compiled. A hit runs it with no scheduling and no compiling (``plan_hits``); a miss
+schedules, compiles and stores it (``plan_misses``). After ``BRAZE_PLAN_CAP``
+different forms (default 512) a stream that never repeats runs on the reference
+executor instead of growing the cache, and braze says so once.
+
+Liveness: a result is *live* if something besides the stream refers to its storage
+(a Tensor the user holds). Only live results and results read outside their kernel
+are ever written to memory; the rest stay in registers. The count uses CPython's
+reference counts, which errs only toward "live" (an extra store), never the other way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from .codegen.c import kernel_source, module_source
+from .runtime import cpu, memory
+from .runtime import reference
+from .schedule import ExternStep, KernelStep, schedule
+from .stats import COUNTERS
+
+
+@dataclass
+class CompiledKernel:
+    step: KernelStep
+    fn: Any
+
+
+@dataclass
+class Plan:
+    steps: list[CompiledKernel | ExternStep]
+    materialized: set[int]
+
+
+_plans: dict[Any, Plan] = {}
+_variants: dict[Any, int] = {}  # how many shapes each shape-free form has been built for
+
+def _shape_variants() -> int:
+    """How many shapes one program is compiled for before braze stops specialising it."""
+    return int(os.environ.get("BRAZE_SHAPE_VARIANTS", "2"))
+
+_warned: set[str] = set()
+
+
+def _cap() -> int:
+    return int(os.environ.get("BRAZE_PLAN_CAP", "512"))
+
+
+def _attrs_key(attrs: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(sorted((k, v if not isinstance(v, float) or v == v else "nan") for k, v in attrs.items()))
+
+
+def relative_form(nodes: Sequence[Any]) -> tuple[tuple[Any, ...], list[Any], dict[int, int], list[int]]:
+    """The key of a node list, its storages in first-appearance order, the map from
+    storage identity to relative id, and how many operand references each has."""
+    storages: list[Any] = []
+    key_of: dict[int, int] = {}
+    refs: list[int] = []
+    form = []
+    for node in nodes:
+        ins = []
+        for o in node.inputs:
+            st = o.storage
+            k = key_of.get(id(st))
+            if k is None:
+                k = key_of[id(st)] = len(storages)
+                storages.append(st)
+                refs.append(0)
+            refs[k] += 1
+            ins.append((k, o.layout, st.dtype.name, st.array is None))
+        outs = []
+        for o in node.outputs:
+            st = o.storage
+            k = key_of.get(id(st))
+            if k is None:
+                k = key_of[id(st)] = len(storages)
+                storages.append(st)
+                refs.append(0)
+            refs[k] += 1
+            outs.append((k, o.layout, st.dtype.name))
+        form.append((node.op.name, _attrs_key(node.attrs), tuple(ins), tuple(outs)))
+    return tuple(form), storages, key_of, refs
+
+
+def _live(storages: list[Any], refs: list[int], produced: set[int]) -> frozenset[int]:
+    # While counting, a storage is referenced by the list and by getrefcount's argument;
+    # anything beyond those and the stream's operands is a user's tensor (or a harmless
+    # extra reference, which only makes braze store a value it could have skipped).
+    live = set()
+    for k in produced:
+        if sys.getrefcount(storages[k]) > 2 + refs[k]:
+            live.add(k)
+    return frozenset(live)
+
+
+def _build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int]) -> Plan:
+    sched = schedule(nodes, key_of, set(live))
+    kernel_steps = [s for s in sched.steps if isinstance(s, KernelStep)]
+    compiled: dict[int, Any] = {}
+    if kernel_steps:
+        # Identical kernels (every layer of a model computes the same thing on other
+        # weights) are compiled once: kernels read their buffers through arguments.
+        unique: dict[str, str] = {}
+        name_of: dict[int, str] = {}
+        for st in kernel_steps:
+            body = kernel_source(st.kernel, "KERNEL")
+            name_of[id(st)] = unique.setdefault(body, f"braze_k{len(unique)}")
+        source = module_source([body.replace("KERNEL", n, 1) for body, n in unique.items()])
+        lib = cpu.compile_c(source, list(unique.values()))
+        fns = {n: lib.function(n, [ctypes.c_void_p, ctypes.c_int64]) for n in unique.values()}
+        for st in kernel_steps:
+            compiled[id(st)] = fns[name_of[id(st)]]
+    steps: list[CompiledKernel | ExternStep] = []
+    for s in sched.steps:
+        steps.append(CompiledKernel(s, compiled[id(s)]) if isinstance(s, KernelStep) else s)
+    return Plan(steps, sched.materialized)
+
+
+def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
+    nthreads = cpu.get_num_threads()
+    for step in plan.steps:
+        if isinstance(step, ExternStep):
+            try:
+                reference.run_node(nodes[step.node])
+            except Exception:
+                _finish_before(nodes, step.node)
+                raise
+            continue
+        kstep = step.step
+        for k in kstep.outputs:
+            st = storages[k]
+            if st.array is None:
+                st.array = memory.allocate(st.dtype.np, st.numel, "kernel")
+        ptrs = (ctypes.c_void_p * len(kstep.args))(*[storages[k].array.ctypes.data for k in kstep.args])
+        COUNTERS["kernel_launches"] += 1
+        step.fn(ptrs, nthreads)
+    for st in storages:
+        if st.producer is not None and st.array is not None:
+            st.producer = None
+
+
+def _finish_before(nodes: Sequence[Any], failed: int) -> None:
+    """A data-dependent error in an extern step (an index out of range): compute every
+    result recorded before the failing node that a fused kernel had not produced yet,
+    so that, as with the reference executor, only what follows the error is lost. Only
+    pure nodes can be pending here (writes run in order), so nothing runs twice."""
+    for node in nodes[:failed]:
+        if not node.op.inplace and any(o.storage.array is None for o in node.outputs):
+            reference.run_node(node)
+
+
+def execute(nodes: "deque[Any]") -> None:
+    """The fused executor: find or build the plan of ``nodes`` and run it."""
+    form, storages, key_of, refs = relative_form(nodes)
+    produced = {key_of[id(o.storage)] for n in nodes if not n.op.inplace for o in n.outputs}
+    live = _live(storages, refs, produced)
+    key = (form, live)
+    plan = _plans.get(key)
+    if plan is None:
+        shape_free = tuple((op, attrs, tuple(i[0] for i in ins)) for op, attrs, ins, _ in form)
+        seen = _variants[shape_free] = _variants.get(shape_free, 0) + 1
+        if len(_plans) >= _cap() or seen > _shape_variants():
+            why = ("the same program keeps arriving with new shapes (decoding with a growing KV cache "
+                   "does this); kernels are specialised to shapes, so such a program runs unfused"
+                   if seen > _shape_variants() else
+                   f"{len(_plans)} different streams seen without repeats (BRAZE_PLAN_CAP)")
+            if why not in _warned:
+                _warned.add(why)
+                print(f"braze: {why}: running it on the reference executor", file=sys.stderr)
+            del storages  # let the reference executor free intermediates as it goes
+            reference.run(nodes)
+            return
+        COUNTERS["plan_misses"] += 1
+        plan = _build(list(nodes), key_of, live)
+        _plans[key] = plan
+    else:
+        COUNTERS["plan_hits"] += 1
+    _run(plan, list(nodes), storages)
+    nodes.clear()
+    for st in storages:
+        if st.producer is not None:
+            st.producer = None
+
+
+def clear() -> None:
+    """Forget every stored plan (tests)."""
+    _plans.clear()
+    _variants.clear()

@@ -1,0 +1,183 @@
+"""The fusion compiler: kernel counts for canonical programs, plan reuse, warm caches,
+and fused results against the reference executor.
+
+These tests force fusion on (they set BRAZE_FUSION=1 themselves), so they check the
+compiler in both runs of the suite; every other test runs both ways through the
+Makefile.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+import braze
+from braze import plan
+from braze.runtime.cpu import compiler_available
+
+pytestmark = pytest.mark.skipif(not compiler_available(), reason="no C compiler")
+
+P = 0.3275911
+A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+@pytest.fixture(autouse=True)
+def fused(monkeypatch: Any) -> None:
+    monkeypatch.setenv("BRAZE_FUSION", "1")
+
+
+def erf_as(x: braze.Tensor) -> braze.Tensor:
+    """Abramowitz-Stegun 7.1.26 from elementary ops, with ``where`` for the sign."""
+    sign = braze.where(x < 0, -1.0, 1.0)
+    ax = x.abs()
+    t = 1.0 / (1.0 + P * ax)
+    poly = ((((A[4] * t + A[3]) * t + A[2]) * t + A[1]) * t + A[0]) * t
+    return sign * (1.0 - poly * (-ax * ax).exp())
+
+
+def gelu_custom(x: braze.Tensor) -> braze.Tensor:
+    return x * (erf_as(x / math.sqrt(2.0)) + 1.0) / 2.0
+
+
+def layer_norm(x: braze.Tensor, eps: float = 1e-5) -> braze.Tensor:
+    mu = x.mean(-1, keepdim=True)
+    xc = x - mu
+    var = (xc * xc).mean(-1, keepdim=True)
+    return xc / (var + eps).sqrt()
+
+
+def softmax(x: braze.Tensor) -> braze.Tensor:
+    e = (x - x.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def run(fn: Callable[[braze.Tensor], braze.Tensor], x: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
+    t = braze.from_numpy(x)
+    braze.reset_stats()
+    out = fn(t).numpy()
+    return out.copy(), braze.stats()
+
+
+def reference(fn: Callable[[braze.Tensor], braze.Tensor], x: np.ndarray, monkeypatch: Any) -> np.ndarray:
+    with monkeypatch.context() as m:
+        m.setenv("BRAZE_FUSION", "0")
+        return fn(braze.from_numpy(x)).numpy().copy()
+
+
+@pytest.mark.parametrize("name, fn, atol", [("gelu", gelu_custom, 2e-6), ("layernorm", layer_norm, 2e-5),
+                                            ("softmax", softmax, 1e-6)])
+def test_canonical_programs_are_one_kernel(name: str, fn: Any, atol: float, monkeypatch: Any) -> None:
+    x = np.random.default_rng(0).standard_normal((64, 300)).astype(np.float32)
+    got, st = run(fn, x)
+    assert st["kernel_launches"] == 1, st
+    assert st["allocations"] == 1, "only the result is written to memory"
+    np.testing.assert_allclose(got, reference(fn, x, monkeypatch), atol=atol, rtol=1e-5)
+
+
+def test_second_call_compiles_and_schedules_nothing() -> None:
+    x = np.random.default_rng(1).standard_normal((16, 40)).astype(np.float32)
+    run(layer_norm, x)
+    out, st = run(layer_norm, x * 2)
+    assert st["plan_hits"] == 1 and st["plan_misses"] == 0 and st["kernels_compiled"] == 0
+    _, st = run(layer_norm, x + 1)
+    assert st["plan_hits"] == 1 and st["kernels_compiled"] == 0
+
+
+def test_scalars_are_placeholders() -> None:
+    """The same program with other constants reuses its plan (constants are arguments)."""
+    x = braze.ones(8, 8).realize()
+    (x * 2.0 + 1.0).numpy()
+    braze.reset_stats()
+    out = (x * 3.0 + 5.0).numpy()
+    assert braze.stats()["plan_hits"] == 1 and braze.stats()["kernels_compiled"] == 0
+    assert np.all(out == 8.0)
+
+
+def test_new_process_with_a_warm_cache_compiles_nothing(tmp_path: Any) -> None:
+    code = ("import braze, numpy as np\n"
+            "x = braze.from_numpy(np.linspace(-3, 3, 999, dtype=np.float32).reshape(9, 111))\n"
+            "mu = x.mean(-1, keepdim=True)\n"
+            "y = ((x - mu) * (x - mu)).sum(-1).sqrt().numpy()\n"
+            "print(braze.stats()['kernels_compiled'])\n")
+    env = dict(os.environ, BRAZE_CACHE_DIR=str(tmp_path / "cache"), BRAZE_FUSION="1")
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert int(first.stdout) >= 1
+    assert int(second.stdout) == 0
+
+
+def test_refused_fusions_say_why(capfd: Any, monkeypatch: Any) -> None:
+    monkeypatch.setenv("BRAZE_DEBUG", "1")
+    x = braze.randn(8, 6)
+    y = (x * 2)
+    (y.T + 1).numpy()  # reads y transposed: not element-aligned
+    err = capfd.readouterr().err
+    assert "not fused" in err and "add" in err
+
+
+def test_unreachable_intermediates_are_never_materialised() -> None:
+    x = braze.randn(256, 256)
+    braze.reset_stats()
+    y = (((x * 2).exp() + 1).log() - 3).relu()
+    y.numpy()
+    assert braze.stats()["allocations"] == 1  # only y
+
+
+def test_reachable_intermediates_are_materialised(monkeypatch: Any) -> None:
+    x = braze.randn(32, 32)
+    a = x * 2
+    b = (a + 1).exp()
+    np.testing.assert_allclose(a.numpy(), x.numpy() * 2)
+    np.testing.assert_allclose(b.numpy(), np.exp(x.numpy() * 2 + 1), rtol=1e-6)
+
+
+def test_matmul_is_an_extern_step_between_fused_kernels() -> None:
+    x = braze.randn(16, 32)
+    w = braze.randn(32, 8)
+    braze.reset_stats()
+    out = ((x * 0.5).relu() @ w + 1.0).sigmoid()
+    got = out.numpy()
+    st = braze.stats()
+    assert st["kernel_launches"] == 3  # prologue kernel, BLAS, epilogue kernel
+    xs, ws = x.numpy(), w.numpy()
+    want = 1 / (1 + np.exp(-(np.maximum(xs * 0.5, 0) @ ws + 1)))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_mean_and_variance_share_one_pass() -> None:
+    from braze.codegen.c import _passes
+    from braze.schedule import KernelStep, schedule
+    x = braze.randn(4, 64)
+    m = x.mean(-1, keepdim=True)
+    s = (x * x).mean(-1, keepdim=True)
+    out = s - m * m
+    nodes = list(braze.stream.stream("cpu").nodes)
+    form, storages, key_of, refs = plan.relative_form(nodes)
+    sched = schedule(nodes, key_of, {key_of[id(out._storage)]})
+    kernels = [s for s in sched.steps if isinstance(s, KernelStep)]
+    assert len(kernels) == 1
+    assert [len(p) for p in _passes(kernels[0].kernel)] == [2]
+    np.testing.assert_allclose(out.numpy(), x.numpy().var(-1, keepdims=True), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64", "int32"])
+def test_dtypes_agree_with_the_reference(dtype: str, monkeypatch: Any) -> None:
+    rng = np.random.default_rng(3)
+    d = getattr(braze, dtype)
+    base = rng.standard_normal((8, 33)) * 4
+
+    def prog(t: braze.Tensor) -> braze.Tensor:
+        return (t * 3 - 1).abs().maximum(t).amax(-1, keepdim=True) + t
+
+    x = base.astype(d.np) if dtype != "int32" else base.astype(np.int32)
+    got, _ = run(prog, x)
+    want = reference(prog, x, monkeypatch)
+    np.testing.assert_array_equal(got, want) if dtype == "int32" else np.testing.assert_allclose(
+        got.astype(np.float64), want.astype(np.float64), rtol={"float16": 2e-3, "bfloat16": 2e-2}.get(dtype, 1e-12),
+        atol={"float16": 2e-2, "bfloat16": 0.2}.get(dtype, 1e-9))
