@@ -19,10 +19,13 @@ reference counts, which errs only toward "live" (an extra store), never the othe
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
+import pickle
 import sys
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 from .codegen.c import kernel_source, module_source
@@ -42,8 +45,12 @@ class CompiledKernel:
 class Plan:
     steps: list[CompiledKernel | ExternStep]
     materialized: set[int]
+    #: after step i, these storages (needed only inside the plan) are dead: their
+    #: buffers go back to the pool for the steps that follow.
+    release: list[list[int]]
 
 
+_PLAN_FORMAT = 1  # bump when the stored schedule's shape changes
 _plans: dict[Any, Plan] = {}
 _variants: dict[Any, int] = {}  # how many shapes each shape-free form has been built for
 
@@ -105,9 +112,21 @@ def _live(storages: list[Any], refs: list[int], produced: set[int]) -> frozenset
     return frozenset(live)
 
 
-def _build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int]) -> Plan:
-    sched = schedule(nodes, key_of, set(live))
-    kernel_steps = [s for s in sched.steps if isinstance(s, KernelStep)]
+def _build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int], key: Any) -> Plan:
+    """Schedule (or load the stored schedule of) a stream, then compile its kernels."""
+    path = _plan_path(key)
+    stored = _load(path) if path is not None else None
+    if stored is None:
+        sched = schedule(nodes, key_of, set(live))
+        stored = (sched.steps, sched.materialized, _releases(sched.steps, nodes, key_of, live))
+        if path is not None:
+            _save(path, stored)
+    steps, materialized, release = stored
+    return Plan(_compile(steps), materialized, release)
+
+
+def _compile(sched_steps: Sequence[Any]) -> list[CompiledKernel | ExternStep]:
+    kernel_steps = [s for s in sched_steps if isinstance(s, KernelStep)]
     compiled: dict[int, Any] = {}
     if kernel_steps:
         # Identical kernels (every layer of a model computes the same thing on other
@@ -122,21 +141,76 @@ def _build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int]) -
         fns = {n: lib.function(n, [ctypes.c_void_p, ctypes.c_int64]) for n in unique.values()}
         for st in kernel_steps:
             compiled[id(st)] = fns[name_of[id(st)]]
-    steps: list[CompiledKernel | ExternStep] = []
-    for s in sched.steps:
-        steps.append(CompiledKernel(s, compiled[id(s)]) if isinstance(s, KernelStep) else s)
-    return Plan(steps, sched.materialized)
+    return [CompiledKernel(s, compiled[id(s)]) if isinstance(s, KernelStep) else s for s in sched_steps]
+
+
+# -- plans on disk: a new process starts with the schedules of earlier ones ----------------
+
+def _plan_path(key: Any) -> Path | None:
+    try:
+        blob = pickle.dumps((key, _PLAN_FORMAT), protocol=5)
+        directory = cpu.cache_dir() / "plans"
+        directory.mkdir(mode=0o700, exist_ok=True)
+    except Exception:  # unpicklable attributes, unwritable cache: just do not store
+        return None
+    return directory / (hashlib.sha256(blob).hexdigest() + ".plan")
+
+
+def _load(path: Path) -> Any:
+    """A stored schedule, or None if absent or unreadable (then it is rebuilt)."""
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except FileNotFoundError:
+        return None
+    except Exception:
+        path.unlink(missing_ok=True)
+        return None
+
+
+def _save(path: Path, stored: Any) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            pickle.dump(stored, f, protocol=5)
+        os.replace(tmp, path)
+    except Exception:
+        tmp.unlink(missing_ok=True)
+
+
+def _releases(steps: Sequence[Any], nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int]) -> list[list[int]]:
+    """Liveness inside the plan: the last step that reads each internal buffer."""
+    last: dict[int, int] = {}
+    produced_here: set[int] = set()
+    for i, st in enumerate(steps):
+        if isinstance(st, KernelStep):
+            reads = st.args
+            produced_here.update(st.outputs)
+        else:
+            node = nodes[st.node]
+            reads = [key_of[id(o.storage)] for o in node.inputs]
+            if not node.op.inplace:
+                produced_here.update(key_of[id(o.storage)] for o in node.outputs)
+        for k in reads:
+            last[k] = i
+    out: list[list[int]] = [[] for _ in steps]
+    for k, i in last.items():
+        if k in produced_here and k not in live:
+            out[i].append(k)
+    return out
 
 
 def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
     nthreads = cpu.get_num_threads()
-    for step in plan.steps:
+    for i, step in enumerate(plan.steps):
         if isinstance(step, ExternStep):
             try:
                 reference.run_node(nodes[step.node])
             except Exception:
                 _finish_before(nodes, step.node)
                 raise
+            for k in plan.release[i]:
+                storages[k].array = None
             continue
         kstep = step.step
         for k in kstep.outputs:
@@ -146,6 +220,8 @@ def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
         ptrs = (ctypes.c_void_p * len(kstep.args))(*[storages[k].array.ctypes.data for k in kstep.args])
         COUNTERS["kernel_launches"] += 1
         step.fn(ptrs, nthreads)
+        for k in plan.release[i]:
+            storages[k].array = None
     for st in storages:
         if st.producer is not None and st.array is not None:
             st.producer = None
@@ -183,7 +259,7 @@ def execute(nodes: "deque[Any]") -> None:
             reference.run(nodes)
             return
         COUNTERS["plan_misses"] += 1
-        plan = _build(list(nodes), key_of, live)
+        plan = _build(list(nodes), key_of, live, key)
         _plans[key] = plan
     else:
         COUNTERS["plan_hits"] += 1

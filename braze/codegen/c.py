@@ -236,6 +236,75 @@ def _passes(k: ir.Kernel) -> list[list[int]]:
     return out
 
 
+COLUMN_BLOCK = 256
+
+
+def _column_reduction(k: ir.Kernel) -> bool:
+    """A reduction over an outer (strided) dim, e.g. ``x.sum(0)`` of a row-major
+    matrix: one row is one column of memory, so walking a row strides through memory.
+    Such a kernel is better run with the loops swapped: for a block of rows, walk the
+    reduced dim outside and the rows inside, where the loads are contiguous."""
+    if len(k.outer) != 1 or not k.inner or any(isinstance(s, ir.Store) for s in k.stages):
+        return False
+    reduces = [s for s in k.stages if isinstance(s, ir.Reduce)]
+    if not reduces or len(_passes(k)) != 1:
+        return False
+    loads = [n for s in reduces for n in ir.walk(s.expr) if isinstance(n, ir.Load)]
+    return bool(loads) and all(n.index.coeffs[0] == 1 and n.index.coeffs[-1] != 1 for n in loads)
+
+
+def _column_source(k: ir.Kernel, name: str, lines: list[str]) -> str:
+    n_in = len(k.inner)
+    coords = ["o0"] + [f"i{i}" for i in range(n_in)]
+    r = Renderer(coords)
+    rows = k.outer[0]
+    lines.append(f"    #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1 && {rows * prod(k.inner)} > 32768)")
+    lines.append(f"    for (int64_t rb = 0; rb < {rows}; rb += {COLUMN_BLOCK}) {{")
+    lines.append(f"        const int64_t nb = {rows} - rb < {COLUMN_BLOCK} ? {rows} - rb : {COLUMN_BLOCK};")
+    body = []
+    for i, s in enumerate(k.stages):
+        if not isinstance(s, ir.Reduce):
+            continue
+        acc_t = vtype(s.dtype)
+        lines.append(f"        {acc_t} acc{i}[{COLUMN_BLOCK}];")
+        lines.append(f"        for (int64_t r = 0; r < nb; r++) acc{i}[r] = {_reduce_init(s.op, s.dtype)};")
+        if s.op in ("amax", "amin") and s.dtype.is_floating_point:
+            lines.append(f"        int nan{i}[{COLUMN_BLOCK}] = {{0}};")
+            body.append(f"{{ {acc_t} x = {r.expr(s.expr)}; nan{i}[r] |= (x != x); "
+                        f"{_reduce_update(s.op, f'acc{i}[r]', 'x')} }}")
+        else:
+            body.append(_reduce_update(s.op, f"acc{i}[r]", f"(({acc_t}){r.expr(s.expr)})"))
+    ind = "        "
+    for j, size in enumerate(k.inner):
+        lines.append(f"{ind}for (int64_t i{j} = 0; i{j} < {size}; i{j}++) {{")
+        ind += "    "
+    lines.append(f"{ind}#pragma omp simd")
+    lines.append(f"{ind}for (int64_t r = 0; r < nb; r++) {{")
+    lines.append(f"{ind}    const int64_t o0 = rb + r;")
+    lines += [f"{ind}    {b}" for b in body]
+    lines.append(f"{ind}}}")
+    for _ in range(n_in):
+        ind = ind[:-4]
+        lines.append(f"{ind}}}")
+    lines.append("        for (int64_t r = 0; r < nb; r++) {")
+    lines.append("            const int64_t o0 = rb + r;")
+    for i, s in enumerate(k.stages):
+        if isinstance(s, ir.Reduce) and s.op in ("amax", "amin") and s.dtype.is_floating_point:
+            lines.append(f"            if (nan{i}[r]) acc{i}[r] = NAN;")
+    row = Renderer(coords)
+    for s in k.stages:
+        if isinstance(s, ir.StoreRow):
+            text = row.store(s.arg, s.index, s.expr, k.args[s.arg][0])
+            for i, st in enumerate(k.stages):
+                if isinstance(st, ir.Reduce):
+                    text = text.replace(f"acc{i}", f"acc{i}[r]")
+            lines.append(f"            {text}")
+    lines.append("        }")
+    lines.append("    }")
+    lines.append("}")
+    return "\n".join(lines)
+
+
 def kernel_source(k: ir.Kernel, name: str) -> str:
     """The C source of one kernel: ``void name(void **args, int64_t nthreads)``."""
     n_out, n_in = len(k.outer), len(k.inner)
@@ -249,6 +318,8 @@ def kernel_source(k: ir.Kernel, name: str) -> str:
     row_len = prod(k.inner)
     if rows == 0:  # no row to compute (and a size-0 dim must not reach a % 0)
         return "\n".join(lines + ["    (void)nthreads;", "}"])
+    if _column_reduction(k):
+        return _column_source(k, name, lines)
     total = rows * max(row_len, 1)
     lines.append(f"    #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1 && {total} > 32768)")
     lines.append(f"    for (int64_t row = 0; row < {max(rows, 1) if k.outer else 1}; row++) {{")

@@ -8,6 +8,7 @@ raises ``OutOfMemory`` with the requested and available bytes.
 
 from __future__ import annotations
 
+import sys
 import weakref
 
 import numpy as np
@@ -62,19 +63,94 @@ def adopt(array: np.ndarray) -> np.ndarray:
     n = array.nbytes
     COUNTERS["allocations"] += 1
     COUNTERS["bytes_allocated"] += n
-    live = COUNTERS["live_bytes"] = COUNTERS["live_bytes"] + n
-    if live > COUNTERS["peak_bytes"]:
-        COUNTERS["peak_bytes"] = live
-    weakref.finalize(array, _release, n)
+    _track(array, n)
     return array
 
 
+# -- the size-class pool --------------------------------------------------------------
+# Freed buffers are kept, by size class, instead of going back to the OS: a page fault
+# costs ~2 us per 4 KiB here, so a loop that allocates the same shapes every step would
+# otherwise pay for fresh pages each time. A block is free when nothing but the pool
+# refers to it (no storage, and no numpy view a user took of one): its reference count
+# says so exactly, so a block a user still sees is never handed out again.
+
+_POOL_MIN = 1 << 16  # smaller buffers come from numpy's own small-block allocator
+_pool: dict[int, list[np.ndarray]] = {}
+_pooled_bytes = 0
+
+
+def _pool_cap() -> int:
+    import os
+    return int(os.environ.get("BRAZE_POOL_BYTES", str(2 << 30)))
+
+
+def _size_class(nbytes: int) -> int:
+    """Round up to a power of two, then to quarters of it: at most 25% slack."""
+    top = 1 << (nbytes - 1).bit_length()
+    quarter = top // 8
+    return -(-nbytes // quarter) * quarter if quarter else top
+
+
+def _take(size: int) -> np.ndarray | None:
+    for block in _pool.get(size, ()):
+        if sys.getrefcount(block) == 3:  # the list, the loop variable, the argument
+            return block
+    return None
+
+
+def _trim(need: int) -> None:
+    """Release free blocks to the OS until the pool plus ``need`` fits its cap."""
+    global _pooled_bytes
+    for size in sorted(_pool, reverse=True):
+        blocks = _pool[size]
+        for i in range(len(blocks) - 1, -1, -1):
+            if _pooled_bytes + need <= _pool_cap():
+                return
+            if sys.getrefcount(blocks[i]) == 2:
+                del blocks[i]
+                _pooled_bytes -= size
+
+
+def pool_clear() -> None:
+    """Forget every free block (tests; blocks in use stay with their users)."""
+    global _pooled_bytes
+    _pool.clear()
+    _pooled_bytes = 0
+
+
 def allocate(dtype: np.dtype, numel: int, op: str | None = None) -> np.ndarray:
-    """A fresh flat array of ``numel`` elements, uninitialised."""
-    nbytes = numel * np.dtype(dtype).itemsize
+    """A flat array of ``numel`` elements, uninitialised: from the pool when a free
+    block of its size class exists (``pool_hits``), else fresh (``allocations``)."""
+    global _pooled_bytes
+    dtype = np.dtype(dtype)
+    nbytes = numel * dtype.itemsize
     check(nbytes, op)
-    try:
-        arr = np.empty(numel, dtype=dtype)
-    except MemoryError:
-        raise OutOfMemory(nbytes, available(), "cpu", op=op) from None
-    return adopt(arr)
+    if nbytes < _POOL_MIN:
+        try:
+            return adopt(np.empty(numel, dtype=dtype))
+        except MemoryError:
+            raise OutOfMemory(nbytes, available(), "cpu", op=op) from None
+    size = _size_class(nbytes)
+    block = _take(size)
+    if block is None:
+        _trim(size)
+        try:
+            block = np.empty(size, dtype=np.uint8)
+        except MemoryError:
+            raise OutOfMemory(nbytes, available(), "cpu", op=op) from None
+        COUNTERS["allocations"] += 1
+        COUNTERS["bytes_allocated"] += size
+        _pool.setdefault(size, []).append(block)
+        _pooled_bytes += size
+    else:
+        COUNTERS["pool_hits"] += 1
+    view = block[:nbytes].view(dtype)
+    _track(view, nbytes)
+    return view
+
+
+def _track(array: np.ndarray, nbytes: int) -> None:
+    live = COUNTERS["live_bytes"] = COUNTERS["live_bytes"] + nbytes
+    if live > COUNTERS["peak_bytes"]:
+        COUNTERS["peak_bytes"] = live
+    weakref.finalize(array, _release, nbytes)

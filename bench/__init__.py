@@ -1,0 +1,1 @@
+"""braze's benchmarks: ``python -m bench.fusion`` (see bench/RESULTS.md)."""
