@@ -37,6 +37,7 @@ from .errors import (
 )
 from .random import Generator, manual_seed, rand, rand_like, randint, randn, randn_like
 from .runtime.memory import memory_limit, set_memory_limit
+from .runtime.threads import get_num_threads, set_num_threads
 from .stats import reset_stats, stats
 from .stream import synchronize
 from .tensor import *  # noqa: F401,F403

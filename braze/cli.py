@@ -155,8 +155,20 @@ def cmd_info(args: argparse.Namespace) -> int:
                 print(f"  {k} = {_fmt_value(v)}")
             for t in st.tensors.values():
                 print(f"  {t.name:<56} {str(t.shape):<16} {t.dtype:<5} {_human(t.end - t.start)}")
-    print("executor: reference (numpy, node by node); the fusion compiler is not built yet")
+    print(f"executor: {executor_description()}")
     return 0
+
+
+def executor_description() -> str:
+    """What runs a flushed stream here, and why (so a slow path is never silent)."""
+    import os
+
+    from .runtime.cpu import compiler_available, get_num_threads
+    if os.environ.get("BRAZE_FUSION", "1").strip() == "0":
+        return "reference (numpy, node by node), because BRAZE_FUSION=0"
+    if not compiler_available():
+        return "reference (numpy, node by node), because no C compiler was found"
+    return f"fused C/OpenMP kernels ({get_num_threads()} threads), numpy BLAS for matmul"
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
