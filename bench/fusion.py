@@ -282,10 +282,13 @@ def machine() -> dict[str, Any]:
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=HERE.parent).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "braze"], capture_output=True, text=True,
+                               cwd=HERE.parent).stdout.split()[1::2]
     except OSError:
-        commit = ""
+        commit, dirty = "", []
     return {"cpu": model, "nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)),
-            "python": platform.python_version(), "numpy": np.__version__, "cc": ccv, "commit": commit}
+            "python": platform.python_version(), "numpy": np.__version__, "cc": ccv, "commit": commit,
+            "braze_uncommitted": dirty}
 
 
 class _TorchOps:
@@ -327,6 +330,7 @@ class Variant:
     result: Callable[[], np.ndarray]  # one untimed call, the output as numpy
     per_thread: Callable[[int], None] = lambda nt: None
     warmup: int = 2
+    single_threaded: bool = False  # timed at the first thread count only, reused at the others
     first_ms: float | None = None
     stats: dict[str, int] | None = None
     first_stats: dict[str, int] | None = None
@@ -363,7 +367,7 @@ def braze_variant(name: str, prog: Program, arrays: list[np.ndarray], fusion: st
         out["peak_above_live_before"] = s["peak_bytes"] - live0
         return t, out
 
-    v = Variant(name, call, result, warmup=3)
+    v = Variant(name, call, result, warmup=3 if fusion == "1" else 1, single_threaded=fusion == "0")
     t, v.first_stats = stats_of(call)
     v.first_ms = t * 1e3
     for _ in range(2):
@@ -399,7 +403,8 @@ def run_program(prog: Program, shape: tuple[int, ...], lib: ctypes.CDLL, threads
     variants.append(braze_variant("unfused", prog, arrays, "0"))
     np_fn = NUMPY.get(prog.name)
     if np_fn is not None:
-        variants.append(Variant("numpy", lambda: np_fn(*arrays), lambda: np.asarray(np_fn(*arrays)), warmup=1))
+        variants.append(Variant("numpy", lambda: np_fn(*arrays), lambda: np.asarray(np_fn(*arrays)), warmup=1,
+                                single_threaded=True))
     if torch is not None:
         ops = _TorchOps(torch)
         tt = [torch.from_numpy(a) for a in arrays]
@@ -411,11 +416,14 @@ def run_program(prog: Program, shape: tuple[int, ...], lib: ctypes.CDLL, threads
         variants.append(Variant("torch", t_eager, lambda: t_eager().numpy().copy(),
                                 per_thread=lambda nt: torch.set_num_threads(nt)))
         if torch_compile:
-            compiled = torch.compile(lambda *a: prog.fn(ops, *a))
+            # One compiled function per program (its own code object): dynamo caches per
+            # code object, and sharing one lambda would hit its recompile limit and
+            # silently fall back to eager.
+            compiled = torch.compile(prog.fn)
 
             def t_comp() -> Any:
                 with torch.inference_mode():
-                    return compiled(*tt)
+                    return compiled(ops, *tt)
 
             v = Variant("torch.compile", t_comp, lambda: t_comp().numpy().copy(),
                         per_thread=lambda nt: torch.set_num_threads(nt))
@@ -432,18 +440,24 @@ def run_program(prog: Program, shape: tuple[int, ...], lib: ctypes.CDLL, threads
     for v in variants[1:]:
         out = v.result()
         v.err = float(np.max(np.abs(out.astype(np.float64) - ref))) if out.shape == ref.shape else float("inf")
-    for nt in threads:
+    for j, nt in enumerate(threads):
         nt_holder[0] = nt
         set_num_threads(nt)
-        for v in variants:
+        # The reference executor and numpy use one thread whatever the setting: they
+        # are timed once, at the first thread count, and that median is reused.
+        active = [v for v in variants if j == 0 or not v.single_threaded]
+        for v in active:
             v.per_thread(nt)
             for _ in range(v.warmup):
                 v.run()
             v.times[nt] = []
         gc.collect()
         for _ in range(reps):
-            for v in variants:
+            for v in active:
                 v.times[nt].append(_timed(v.run))
+        for v in variants:
+            if v not in active:
+                v.times[nt] = v.times[threads[0]]
         meds = {v.name: statistics.median(v.times[nt]) * 1e3 for v in variants}
         log(f"  {prog.name} nt={nt}: " + ", ".join(f"{k} {m:.2f} ms" for k, m in meds.items()))
     return {
@@ -454,6 +468,7 @@ def run_program(prog: Program, shape: tuple[int, ...], lib: ctypes.CDLL, threads
                 "min_ms": {str(nt): min(v.times[nt]) * 1e3 for nt in threads},
                 "times_ms": {str(nt): [t * 1e3 for t in v.times[nt]] for nt in threads},
                 "first_call_ms": v.first_ms,
+                "single_threaded": v.single_threaded,
                 "max_abs_err_vs_c": v.err,
                 "stats": v.stats, "first_call_stats": v.first_stats,
             } for v in variants
@@ -553,11 +568,14 @@ def markdown(res: dict[str, Any]) -> str:
     lines = [f"# braze fusion benchmark, {res['date']}", "",
              f"`{res['command']}`  ",
              f"machine: {res['machine']['cpu']}, nproc {res['machine']['nproc']}, "
-             f"{res['machine']['cc']}, numpy {res['machine']['numpy']}"
+             f"{res['machine']['cc']}, numpy {res['machine']['numpy']}, braze at {res['machine']['commit']}"
+             + (f" plus uncommitted {', '.join(res['machine']['braze_uncommitted'])}"
+                if res['machine']['braze_uncommitted'] else "")
              + (f", torch {res['torch']}" if res.get("torch") else ", torch not installed") + "  ",
              f"load average at start {res['loadavg_start']}, at end {res['loadavg_end']}; "
              f"mode {res['mode']}, {res['reps']} timed rounds after warm-up, medians in ms; "
-             f"(x) = ratio to the hand-written C in the same run", ""]
+             f"(x) = ratio to the hand-written C in the same run; * = single-threaded (braze's reference "
+             f"executor, numpy), timed at {threads[0]} thread(s) only", ""]
     lines.append("| program | shape | thr | " + " | ".join(cols) + " | braze / torch.compile |")
     lines.append("|" + "---|" * (len(cols) + 4))
     for p in res["programs"]:
@@ -571,7 +589,8 @@ def markdown(res: dict[str, Any]) -> str:
                     cells.append("-")
                     continue
                 m = v["median_ms"][str(nt)]
-                cells.append(_fmt(m) if name == "c" else f"{_fmt(m)} ({m / c:.2f}x)")
+                star = "*" if v.get("single_threaded") and nt != threads[0] else ""
+                cells.append(_fmt(m) if name == "c" else f"{_fmt(m)}{star} ({m / c:.2f}x)")
             tc = vs.get("torch.compile")
             vsc = f"{vs['braze']['median_ms'][str(nt)] / tc['median_ms'][str(nt)]:.2f}" if tc else "-"
             lines.append(f"| {p['program']} | {'x'.join(map(str, p['shape']))} | {nt} | " + " | ".join(cells)
@@ -659,7 +678,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     torch = None if args.no_torch else _import_torch()
     start = loadavg()
-    command = "python -m bench.fusion" + ("" if not argv else " " + " ".join(argv))
+    command = " ".join(["python -m bench.fusion", *(sys.argv[1:] if argv is None else argv)])
     res: dict[str, Any] = {
         "date": _dt.datetime.now().isoformat(timespec="seconds"), "command": command, "mode": mode,
         "threads": threads, "reps": reps, "machine": machine(), "loadavg_start": start,

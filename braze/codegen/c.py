@@ -41,6 +41,16 @@ def _f(d: DType, f32: str, f64: str) -> str:
     return f64 if d is dt.float64 else f32
 
 
+def _sel(d: DType, cond: str, a: str, b: str) -> str:
+    """``cond ? a : b``. gcc does not vectorise a float ``?:`` without -ffast-math, so
+    float selects go through cmath.h's branch-free bit-mask select."""
+    if d is dt.float64:
+        return f"braze__seld({cond}, {a}, {b})"
+    if d.is_floating_point:
+        return f"braze__sel({cond}, {a}, {b})"
+    return f"(({cond}) ? {a} : {b})"
+
+
 # unary: name -> template with {a}; float templates pick f32/f64 spellings
 UNARY: dict[str, Any] = {
     "neg": lambda d: "(-{a})",
@@ -55,7 +65,7 @@ UNARY: dict[str, Any] = {
     "tanh": lambda d: _f(d, "braze_tanhf({a})", "tanh({a})"),
     "sigmoid": lambda d: _f(d, "braze_sigmoidf({a})", "(1.0 / (1.0 + exp(-{a})))"),
     "erf": lambda d: _f(d, "braze_erff({a})", "erf({a})"),
-    "relu": lambda d: "({a} < 0 ? 0 : {a})",
+    "relu": lambda d: _sel(d, "{a} < 0", "0", "{a}"),
     "gelu": lambda d: _f(d, "(0.5f * {a} * (1.0f + braze_erff({a} * 0.70710678118654752f)))",
                          "(0.5 * {a} * (1.0 + erf({a} * 0.70710678118654752)))"),
     "gelu_tanh": lambda d: _f(d, "(0.5f * {a} * (1.0f + braze_tanhf(0.79788456080286536f * ({a} + 0.044715f * {a} * {a} * {a}))))",
@@ -64,7 +74,7 @@ UNARY: dict[str, Any] = {
     "floor": lambda d: _f(d, "floorf({a})", "floor({a})"),
     "ceil": lambda d: _f(d, "ceilf({a})", "ceil({a})"),
     "round": lambda d: _f(d, "rintf({a})", "rint({a})"),
-    "sign": lambda d: ("({a} != {a} ? {a} : ({a} > 0) - ({a} < 0))" if d.is_floating_point
+    "sign": lambda d: (_sel(d, "{a} != {a}", "{a}", "(({a} > 0) - ({a} < 0))") if d.is_floating_point
                        else "(({a} > 0) - ({a} < 0))"),
     "logical_not": lambda d: "({a} == 0)",
     "isnan": lambda d: "({a} != {a})",
@@ -80,8 +90,8 @@ BINARY: dict[str, Any] = {
     "floor_divide": lambda d: "braze_floordiv_i64({a}, {b})",
     "remainder": lambda d: "braze_mod_i64({a}, {b})",
     "pow": lambda d: _f(d, "powf({a}, {b})", "pow({a}, {b})"),
-    "maximum": lambda d: "(({a} != {a}) || {a} > {b} ? {a} : {b})",
-    "minimum": lambda d: "(({a} != {a}) || {a} < {b} ? {a} : {b})",
+    "maximum": lambda d: _sel(d, "({a} != {a}) || {a} > {b}", "{a}", "{b}"),
+    "minimum": lambda d: _sel(d, "({a} != {a}) || {a} < {b}", "{a}", "{b}"),
     "eq": lambda d: "({a} == {b})",
     "ne": lambda d: "({a} != {b})",
     "lt": lambda d: "({a} < {b})",
@@ -142,8 +152,16 @@ def _round(expr: str, d: DType) -> str:
 
 
 class Renderer:
-    def __init__(self, coords: list[str]) -> None:
+    """Renders expressions inside one loop body. Each distinct subexpression becomes one
+    ``const`` temporary (expressions are structural values, so equal subtrees share
+    it): an inlined producer used five times is computed once per element."""
+
+    def __init__(self, coords: list[str], prefix: str = "v", acc: str = "acc{}") -> None:
         self.coords = coords
+        self.prefix = prefix
+        self.acc = acc  # how an accumulator is spelled here (a scalar, or a block's slot)
+        self.memo: dict[ir.Expr, str] = {}
+        self.stmts: list[str] = []
 
     def index(self, a: ir.Affine) -> str:
         terms = [str(a.offset)] if a.offset else []
@@ -161,18 +179,29 @@ class Renderer:
         return f"(({vtype(d)}){raw})"
 
     def expr(self, e: ir.Expr) -> str:
-        if isinstance(e, ir.Load):
-            return self.load(e.arg, e.index, e.dtype)
         if isinstance(e, ir.Const):
             return f"(({vtype(e.dtype)}){_const(e.value, e.dtype)})"
         if isinstance(e, ir.Coord):
             return f"(({vtype(e.dtype)}){self.coords[e.dim]})"
         if isinstance(e, ir.Acc):
-            return f"acc{e.stage}"
+            return self.acc.format(e.stage)
+        name = self.memo.get(e)
+        if name is not None:
+            return name
+        if isinstance(e, ir.Load):
+            text = self.load(e.arg, e.index, e.dtype)
+        else:
+            text = self.op(e)
+        name = f"{self.prefix}{len(self.memo)}"
+        self.memo[e] = name
+        self.stmts.append(f"const {vtype(e.dtype)} {name} = {text};")
+        return name
+
+    def op(self, e: ir.Op) -> str:
         args = [self.expr(a) for a in e.args]
         src = e.args[0].dtype if e.args else e.dtype
         if e.name == "where":
-            text = f"({args[0]} ? {args[1]} : {args[2]})"
+            text = _sel(e.dtype, args[0], args[1], args[2])
         elif e.name == "cast":
             text = f"({args[0]} != 0)" if e.dtype is dt.bool_ else args[0]
         elif e.name in UNARY:
@@ -187,9 +216,14 @@ class Renderer:
             value = f"braze_f2h({value})"
         elif d is dt.bfloat16:
             value = f"braze_f2b({value})"
-        elif value and e.dtype is not d:
+        elif e.dtype is not d:
             value = f"({CTYPE[d.name]})({value})"
         return f"a{arg}[{self.index(a)}] = {value};"
+
+    def take(self) -> list[str]:
+        """The temporaries defined so far (to emit before the statements using them)."""
+        out, self.stmts = self.stmts, []
+        return out
 
 
 _INIT = {"sum": "0", "prod": "1", "any": "0", "all": "1"}
@@ -211,14 +245,14 @@ def _reduce_init(op: str, d: DType) -> str:
     return str(lim.min if op == "amax" else lim.max)
 
 
-def _reduce_update(op: str, acc: str, x: str) -> str:
+def _reduce_update(op: str, acc: str, x: str, d: DType) -> str:
     return {
         "sum": f"{acc} += {x};",
         "prod": f"{acc} *= {x};",
         "any": f"{acc} |= ({x} != 0);",
         "all": f"{acc} &= ({x} != 0);",
-        "amax": f"{acc} = ({x} > {acc}) ? {x} : {acc};",
-        "amin": f"{acc} = ({x} < {acc}) ? {x} : {acc};",
+        "amax": f"{acc} = {_sel(d, f'{x} > {acc}', x, acc)};",
+        "amin": f"{acc} = {_sel(d, f'{x} < {acc}', x, acc)};",
     }[op]
 
 
@@ -253,27 +287,42 @@ def _column_reduction(k: ir.Kernel) -> bool:
     return bool(loads) and all(n.index.coeffs[0] == 1 and n.index.coeffs[-1] != 1 for n in loads)
 
 
-def _column_source(k: ir.Kernel, name: str, lines: list[str]) -> str:
+def _is_float_minmax(s: ir.Reduce) -> bool:
+    return s.op in ("amax", "amin") and s.dtype.is_floating_point
+
+
+def _fold(k: ir.Kernel, indices: list[int], r: Renderer, acc: str, nan: str) -> list[str]:
+    """The loop body folding element values into the accumulators of ``indices``.
+    Float max/min fold with a select and keep a NaN flag on the side, so a NaN anywhere
+    gives NaN (as numpy), and the select still vectorises."""
+    updates = []
+    for i in indices:
+        s = k.stages[i]
+        assert isinstance(s, ir.Reduce)
+        x = r.expr(s.expr)
+        if _is_float_minmax(s):
+            updates.append(f"{nan.format(i)} |= ({x} != {x});")
+        else:
+            x = f"(({vtype(s.dtype)}){x})"
+        updates.append(_reduce_update(s.op, acc.format(i), x, s.dtype))
+    return r.take() + updates
+
+
+def _column_source(k: ir.Kernel, lines: list[str]) -> str:
     n_in = len(k.inner)
     coords = ["o0"] + [f"i{i}" for i in range(n_in)]
-    r = Renderer(coords)
     rows = k.outer[0]
+    reduces = [i for i, s in enumerate(k.stages) if isinstance(s, ir.Reduce)]
     lines.append(f"    #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1 && {rows * prod(k.inner)} > 32768)")
     lines.append(f"    for (int64_t rb = 0; rb < {rows}; rb += {COLUMN_BLOCK}) {{")
     lines.append(f"        const int64_t nb = {rows} - rb < {COLUMN_BLOCK} ? {rows} - rb : {COLUMN_BLOCK};")
-    body = []
-    for i, s in enumerate(k.stages):
-        if not isinstance(s, ir.Reduce):
-            continue
-        acc_t = vtype(s.dtype)
-        lines.append(f"        {acc_t} acc{i}[{COLUMN_BLOCK}];")
+    for i in reduces:
+        s = k.stages[i]
+        assert isinstance(s, ir.Reduce)
+        lines.append(f"        {vtype(s.dtype)} acc{i}[{COLUMN_BLOCK}];")
         lines.append(f"        for (int64_t r = 0; r < nb; r++) acc{i}[r] = {_reduce_init(s.op, s.dtype)};")
-        if s.op in ("amax", "amin") and s.dtype.is_floating_point:
+        if _is_float_minmax(s):
             lines.append(f"        int nan{i}[{COLUMN_BLOCK}] = {{0}};")
-            body.append(f"{{ {acc_t} x = {r.expr(s.expr)}; nan{i}[r] |= (x != x); "
-                        f"{_reduce_update(s.op, f'acc{i}[r]', 'x')} }}")
-        else:
-            body.append(_reduce_update(s.op, f"acc{i}[r]", f"(({acc_t}){r.expr(s.expr)})"))
     ind = "        "
     for j, size in enumerate(k.inner):
         lines.append(f"{ind}for (int64_t i{j} = 0; i{j} < {size}; i{j}++) {{")
@@ -281,6 +330,7 @@ def _column_source(k: ir.Kernel, name: str, lines: list[str]) -> str:
     lines.append(f"{ind}#pragma omp simd")
     lines.append(f"{ind}for (int64_t r = 0; r < nb; r++) {{")
     lines.append(f"{ind}    const int64_t o0 = rb + r;")
+    body = _fold(k, reduces, Renderer(coords, acc="acc{}[r]"), "acc{}[r]", "nan{}[r]")
     lines += [f"{ind}    {b}" for b in body]
     lines.append(f"{ind}}}")
     for _ in range(n_in):
@@ -288,20 +338,13 @@ def _column_source(k: ir.Kernel, name: str, lines: list[str]) -> str:
         lines.append(f"{ind}}}")
     lines.append("        for (int64_t r = 0; r < nb; r++) {")
     lines.append("            const int64_t o0 = rb + r;")
-    for i, s in enumerate(k.stages):
-        if isinstance(s, ir.Reduce) and s.op in ("amax", "amin") and s.dtype.is_floating_point:
+    for i in reduces:
+        if _is_float_minmax(k.stages[i]):  # type: ignore[arg-type]
             lines.append(f"            if (nan{i}[r]) acc{i}[r] = NAN;")
-    row = Renderer(coords)
-    for s in k.stages:
-        if isinstance(s, ir.StoreRow):
-            text = row.store(s.arg, s.index, s.expr, k.args[s.arg][0])
-            for i, st in enumerate(k.stages):
-                if isinstance(st, ir.Reduce):
-                    text = text.replace(f"acc{i}", f"acc{i}[r]")
-            lines.append(f"            {text}")
-    lines.append("        }")
-    lines.append("    }")
-    lines.append("}")
+    row = Renderer(coords, acc="acc{}[r]")
+    stores = [row.store(s.arg, s.index, s.expr, k.args[s.arg][0]) for s in k.stages if isinstance(s, ir.StoreRow)]
+    lines += [f"            {t}" for t in row.take() + stores]
+    lines += ["        }", "    }", "}"]
     return "\n".join(lines)
 
 
@@ -309,7 +352,6 @@ def kernel_source(k: ir.Kernel, name: str) -> str:
     """The C source of one kernel: ``void name(void **args, int64_t nthreads)``."""
     n_out, n_in = len(k.outer), len(k.inner)
     coords = [f"o{i}" for i in range(n_out)] + [f"i{i}" for i in range(n_in)]
-    r = Renderer(coords)
     lines = [f"void {name}(void **args, int64_t nthreads) {{"]
     for i, (d, written) in enumerate(k.args):
         const = "" if written else "const "
@@ -319,10 +361,10 @@ def kernel_source(k: ir.Kernel, name: str) -> str:
     if rows == 0:  # no row to compute (and a size-0 dim must not reach a % 0)
         return "\n".join(lines + ["    (void)nthreads;", "}"])
     if _column_reduction(k):
-        return _column_source(k, name, lines)
+        return _column_source(k, lines)
     total = rows * max(row_len, 1)
     lines.append(f"    #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1 && {total} > 32768)")
-    lines.append(f"    for (int64_t row = 0; row < {max(rows, 1) if k.outer else 1}; row++) {{")
+    lines.append(f"    for (int64_t row = 0; row < {rows}; row++) {{")
     rest = "row"
     for i in range(n_out - 1, -1, -1):
         size = k.outer[i]
@@ -350,31 +392,25 @@ def kernel_source(k: ir.Kernel, name: str) -> str:
 
     for p in _passes(k):
         clauses = []
-        body = []
         for i in p:
             s = k.stages[i]
             assert isinstance(s, ir.Reduce)
-            acc_t = vtype(s.dtype)
-            lines.append(f"{body_indent}{acc_t} acc{i} = {_reduce_init(s.op, s.dtype)};")
-            if s.op in ("amax", "amin") and s.dtype.is_floating_point:
+            lines.append(f"{body_indent}{vtype(s.dtype)} acc{i} = {_reduce_init(s.op, s.dtype)};")
+            if _is_float_minmax(s):
                 lines.append(f"{body_indent}int nan{i} = 0;")
                 clauses.append(f" reduction(|:nan{i})")
-                body.append(f"{{ {acc_t} x = {r.expr(s.expr)}; nan{i} |= (x != x); {_reduce_update(s.op, f'acc{i}', 'x')} }}")
-            else:
-                body.append(_reduce_update(s.op, f"acc{i}", f"(({acc_t}){r.expr(s.expr)})"))
             clauses.append(f" reduction({_OMP[s.op]}:acc{i})")
-        lines += inner_loop(body, "".join(clauses))
+        lines += inner_loop(_fold(k, p, Renderer(coords), "acc{}", "nan{}"), "".join(clauses))
         for i in p:
-            s = k.stages[i]
-            assert isinstance(s, ir.Reduce)
-            if s.op in ("amax", "amin") and s.dtype.is_floating_point:
+            if _is_float_minmax(k.stages[i]):  # type: ignore[arg-type]
                 lines.append(f"{body_indent}if (nan{i}) acc{i} = NAN;")
-    row_stores = [s for s in k.stages if isinstance(s, ir.StoreRow)]
-    for s in row_stores:
-        lines.append(body_indent + r.store(s.arg, s.index, s.expr, k.args[s.arg][0]))
-    elem_stores = [s for s in k.stages if isinstance(s, ir.Store)]
-    if elem_stores:
-        lines += inner_loop([r.store(s.arg, s.index, s.expr, k.args[s.arg][0]) for s in elem_stores])
+    row = Renderer(coords, prefix="r")
+    row_stores = [row.store(s.arg, s.index, s.expr, k.args[s.arg][0]) for s in k.stages if isinstance(s, ir.StoreRow)]
+    lines += [body_indent + t for t in row.take() + row_stores]
+    elem = Renderer(coords)
+    stores = [elem.store(s.arg, s.index, s.expr, k.args[s.arg][0]) for s in k.stages if isinstance(s, ir.Store)]
+    if stores:
+        lines += inner_loop(elem.take() + stores)
     lines.append("    }")
     lines.append("}")
     return "\n".join(lines)
