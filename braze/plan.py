@@ -76,28 +76,20 @@ def relative_form(nodes: Sequence[Any]) -> tuple[tuple[Any, ...], list[Any], dic
     key_of: dict[int, int] = {}
     refs: list[int] = []
     form = []
+
+    def rel(st: Any) -> int:
+        k = key_of.get(id(st))
+        if k is None:
+            k = key_of[id(st)] = len(storages)
+            storages.append(st)
+            refs.append(0)
+        refs[k] += 1
+        return k
+
     for node in nodes:
-        ins = []
-        for o in node.inputs:
-            st = o.storage
-            k = key_of.get(id(st))
-            if k is None:
-                k = key_of[id(st)] = len(storages)
-                storages.append(st)
-                refs.append(0)
-            refs[k] += 1
-            ins.append((k, o.layout, st.dtype.name, st.array is None))
-        outs = []
-        for o in node.outputs:
-            st = o.storage
-            k = key_of.get(id(st))
-            if k is None:
-                k = key_of[id(st)] = len(storages)
-                storages.append(st)
-                refs.append(0)
-            refs[k] += 1
-            outs.append((k, o.layout, st.dtype.name))
-        form.append((node.op.name, _attrs_key(node.attrs), tuple(ins), tuple(outs)))
+        ins = tuple((rel(o.storage), o.layout, o.storage.dtype.name, o.storage.array is None) for o in node.inputs)
+        outs = tuple((rel(o.storage), o.layout, o.storage.dtype.name) for o in node.outputs)
+        form.append((node.op.name, _attrs_key(node.attrs), ins, outs))
     return tuple(form), storages, key_of, refs
 
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import mmap
 import os
+from types import TracebackType
+from typing import TypeVar
 
 import numpy as np
+
+R = TypeVar("R", bound="MappedReader")
 
 
 class MappedFile:
@@ -38,3 +42,23 @@ class MappedFile:
             except BufferError:
                 pass  # live tensor views: the mapping goes away with the last of them
             self._mm = None
+
+
+class MappedReader:
+    """What the GGUF and safetensors readers share: an open ``MappedFile`` in
+    ``self._file``, closed by ``close()`` or by leaving a ``with`` block."""
+
+    _file: MappedFile | None
+
+    def close(self) -> None:
+        """Release the mapping (deferred while returned tensor views are still alive)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self: R) -> R:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

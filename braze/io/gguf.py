@@ -24,13 +24,12 @@ import os
 import struct
 from dataclasses import dataclass
 from itertools import pairwise
-from types import TracebackType
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from braze.errors import FormatError
-from braze.io._mmap import MappedFile
+from braze.io._mmap import MappedFile, MappedReader
 from braze.quant.formats import PLAIN_DTYPES, TYPE_SIZES, GGMLType, is_quantized
 from braze.quant.tensor import BlockTensor
 
@@ -278,7 +277,7 @@ def _parse_tensor_info(cur: _Cursor, index: int) -> _RawTensorInfo:
     return _RawTensorInfo(name, tuple(reversed(ne)), qtype, rel_offset, n_elements // bs * ts, field_at)
 
 
-class GGUFFile:
+class GGUFFile(MappedReader):
     """A GGUF model file, memory-mapped read-only.
 
     ``metadata`` and ``tensors`` are parsed and validated on open; tensor data is
@@ -426,19 +425,6 @@ class GGUFFile:
             return t.dequantize()
         return t if info.qtype == GGMLType.F32 else t.astype(np.float32)
 
-    def close(self) -> None:
-        """Release the mapping (deferred while returned tensor views are still alive)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def __enter__(self) -> GGUFFile:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"GGUFFile({self.path!r}, version={getattr(self, 'version', '?')}, tensors={len(getattr(self, 'tensors', {}))})"

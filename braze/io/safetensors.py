@@ -14,14 +14,13 @@ import os
 import struct
 from dataclasses import dataclass
 from itertools import pairwise
-from types import TracebackType
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
 from braze.errors import FormatError
-from braze.io._mmap import MappedFile
+from braze.io._mmap import MappedFile, MappedReader
 
 MAX_HEADER_BYTES = 100_000_000
 """Same cap as the reference implementation: bigger headers are corrupt, not models."""
@@ -68,7 +67,7 @@ def _is_int(x: Any) -> bool:
     return type(x) is int  # bool is an int subclass, and not a size
 
 
-class SafetensorsFile:
+class SafetensorsFile(MappedReader):
     """A safetensors file, memory-mapped read-only; ``tensor()`` returns zero-copy views."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -159,19 +158,6 @@ class SafetensorsFile:
             raise KeyError(f"{self.path}: no tensor named {name!r}") from None
         return self._file.data[info.start : info.end].view(DTYPES[info.dtype]).reshape(info.shape)
 
-    def close(self) -> None:
-        """Release the mapping (deferred while returned views are still alive)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def __enter__(self) -> SafetensorsFile:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"SafetensorsFile({self.path!r}, tensors={len(getattr(self, 'tensors', {}))})"
