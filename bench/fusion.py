@@ -54,9 +54,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -276,13 +277,13 @@ def machine() -> dict[str, Any]:
         pass
     cc = os.environ.get("CC") or shutil.which("cc") or "gcc"
     try:
-        ccv = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+        ccv = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout.splitlines()[0]
     except (OSError, IndexError):
         ccv = "?"
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
                                 cwd=HERE.parent).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "braze"], capture_output=True, text=True,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "braze"], capture_output=True, text=True, check=False,
                                cwd=HERE.parent).stdout.split()[1::2]
     except OSError:
         commit, dirty = "", []
@@ -378,7 +379,6 @@ def braze_variant(name: str, prog: Program, arrays: list[np.ndarray], fusion: st
 
 def run_program(prog: Program, shape: tuple[int, ...], lib: ctypes.CDLL, threads: list[int], reps: int,
                 torch: Any, torch_compile: bool, rng: np.random.Generator, log: Callable[[str], None]) -> dict[str, Any]:
-    import braze
     from braze.runtime.cpu import set_num_threads
 
     arrays = prog.inputs(rng, shape)

@@ -24,7 +24,7 @@ def test_fusion_benchmark_smoke(tmp_path: Path) -> None:
     env.pop("BRAZE_FUSION", None)  # the benchmark sets it around each variant itself
     proc = subprocess.run(
         [sys.executable, "-m", "bench.fusion", "--smoke", "--no-torch", "--threads", "1,2", "--out", str(tmp_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     files = list(tmp_path.glob("fusion-*-smoke.json"))
