@@ -679,14 +679,22 @@ _CONSTS: dict[tuple[str, bytes], Storage] = {}
 def _constant(value: Scalar, dtype: DType) -> Tensor:
     """A 0-d realised tensor holding ``value``; shared per (dtype, value) because
     scalars recur in every step of a loop. Internal: never handed to the user to write."""
-    arr = np.asarray(value).astype(dtype.np).reshape(1)
-    key = (dtype.name, arr.tobytes())
+    # The key keeps what == would merge apart: 0.0 from -0.0 (by sign), True from 1,
+    # and every NaN together. Looking it up costs no numpy call on the recording path.
+    if isinstance(value, float):
+        key: tuple[Any, ...] = (dtype.name, "nan") if value != value else (dtype.name, value, math.copysign(1.0, value))
+    else:
+        key = (dtype.name, type(value), value)
     st = _CONSTS.get(key)
     if st is None:
         if len(_CONSTS) > 4096:
             _CONSTS.clear()
+        arr = np.asarray(value).astype(dtype.np).reshape(1)
         st = _CONSTS[key] = Storage(dtype, CPU, 1, arr, readonly=True)
-    return Tensor(st, Layout((), ()))
+    return Tensor(st, _SCALAR_LAYOUT)
+
+
+_SCALAR_LAYOUT = Layout((), ())
 
 
 def _scalar_to(op: str, value: Any, dtype: DType) -> Tensor:
@@ -735,8 +743,8 @@ def _operands(op: str, *xs: Any) -> list[Tensor]:
     _same_device(op, tensors)
     like = tensors[0]
     ts = [x if isinstance(x, Tensor) else _as_tensor_like(x, like, op) for x in xs]
-    shape = broadcast_shapes(op, *(t.shape for t in ts))
-    return [_broadcast_to(op, t, shape) for t in ts]
+    shape = broadcast_shapes(op, *(t.shape for t in ts))  # checks every operand once
+    return [t if t.shape == shape else t._view(t._layout.expand(shape)) for t in ts]
 
 
 def _binary(op: str, a: Any, b: Any) -> Tensor:

@@ -42,9 +42,9 @@ def _pointwise(name: str) -> Lowering:
 
 
 def _int_division(name: str) -> Lowering:
-    """``//`` and ``%`` only for floats? No: numpy's float floor division has corner
-    cases (1 // 0.1 == 9) that a C expression gets wrong, and integer division by zero
-    is undefined in C. Only integer operands lower, guarded against zero divisors."""
+    """``//`` and ``%`` lower for integers only, through helpers that give 0 for a zero
+    divisor as the reference does (C leaves it undefined). Float operands stay extern:
+    numpy's float floor division has corner cases (1 // 0.1 == 9) a C expression misses."""
     def lower(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | None:
         return ir.Op(name, tuple(args), out) if out.is_integer else None
     return lower
