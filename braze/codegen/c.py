@@ -348,6 +348,30 @@ def _column_source(k: ir.Kernel, lines: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _stashes(k: ir.Kernel, passes: list[list[int]]) -> dict[ir.Expr, ir.Store]:
+    """Values the last reduction pass computes that the stores need again (softmax's
+    ``exp(x - max)``, summed, then divided). The last pass writes each into the output
+    it will end up in, and the store pass reads it back instead of recomputing it: the
+    row is still in cache, and a load is cheaper than an exp. Only when the output has
+    the value's own type, so nothing is rounded on the way."""
+    if not passes:
+        return {}
+    out: dict[ir.Expr, ir.Store] = {}
+    stores = [s for s in k.stages if isinstance(s, ir.Store)]
+    for i in passes[-1]:
+        red = k.stages[i]
+        assert isinstance(red, ir.Reduce)
+        e = red.expr
+        if not isinstance(e, ir.Op) or e.dtype.is_half or e.dtype is dt.bool_:
+            continue
+        for st in stores:
+            if st not in out.values() and k.args[st.arg][0] is e.dtype and \
+                    any(n == e for n in ir.walk(st.expr)):
+                out[e] = st
+                break
+    return out
+
+
 def kernel_source(k: ir.Kernel, name: str) -> str:
     """The C source of one kernel: ``void name(void **args, int64_t nthreads)``."""
     n_out, n_in = len(k.outer), len(k.inner)
@@ -390,7 +414,9 @@ def kernel_source(k: ir.Kernel, name: str) -> str:
             out.append(f"{ind}}}")
         return out
 
-    for p in _passes(k):
+    passes = _passes(k)
+    stash = _stashes(k, passes)
+    for p in passes:
         clauses = []
         for i in p:
             s = k.stages[i]
@@ -400,7 +426,11 @@ def kernel_source(k: ir.Kernel, name: str) -> str:
                 lines.append(f"{body_indent}int nan{i} = 0;")
                 clauses.append(f" reduction(|:nan{i})")
             clauses.append(f" reduction({_OMP[s.op]}:acc{i})")
-        lines += inner_loop(_fold(k, p, Renderer(coords), "acc{}", "nan{}"), "".join(clauses))
+        fold = Renderer(coords)
+        body = _fold(k, p, fold, "acc{}", "nan{}")
+        if p is passes[-1]:
+            body += [f"a{st.arg}[{fold.index(st.index)}] = {fold.memo[e]};" for e, st in stash.items()]
+        lines += inner_loop(body, "".join(clauses))
         for i in p:
             if _is_float_minmax(k.stages[i]):  # type: ignore[arg-type]
                 lines.append(f"{body_indent}if (nan{i}) acc{i} = NAN;")
@@ -408,6 +438,9 @@ def kernel_source(k: ir.Kernel, name: str) -> str:
     row_stores = [row.store(s.arg, s.index, s.expr, k.args[s.arg][0]) for s in k.stages if isinstance(s, ir.StoreRow)]
     lines += [body_indent + t for t in row.take() + row_stores]
     elem = Renderer(coords)
+    for e, st in stash.items():  # read back what the last pass left in the output
+        elem.expr(ir.Load(st.arg, st.index, k.args[st.arg][0]))
+        elem.memo[e] = elem.memo.pop(ir.Load(st.arg, st.index, k.args[st.arg][0]))
     stores = [elem.store(s.arg, s.index, s.expr, k.args[s.arg][0]) for s in k.stages if isinstance(s, ir.Store)]
     if stores:
         lines += inner_loop(elem.take() + stores)
