@@ -732,3 +732,19 @@ def test_swiglu() -> None:
     biased = nn.SwiGLU(8, 20, bias=True)
     assert [n for n, _ in biased.named_parameters()] == [
         "gate.weight", "gate.bias", "up.weight", "up.bias", "down.weight", "down.bias"]
+
+
+def test_rotary_follows_a_half_input() -> None:
+    """The tables are float32; a float16 query is rotated in float16, not refused."""
+    rope = nn.RotaryEmbedding(8, 16)
+    x = braze.randn(1, 2, 3, 8)
+    got = rope(x.half()).float().numpy()
+    np.testing.assert_allclose(got, rope(x).numpy(), atol=5e-3)
+
+
+def test_kv_cache_refuses_another_dtype() -> None:
+    cache = nn.KVCache(1, 2, 8, 4)
+    k = braze.randn(1, 2, 1, 4).half()
+    with pytest.raises(braze.DtypeMismatch, match="KVCache.append"):
+        cache.append(k, k)
+    assert cache.length == 0

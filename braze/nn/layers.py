@@ -131,6 +131,8 @@ class RotaryEmbedding(Module):
                                 f"positions {offset}..{offset + t - 1} beyond max_positions {self.cos.shape[0]}")
         cos = self.cos[offset:offset + t]
         sin = self.sin[offset:offset + t]
+        if x.dtype is not cos.dtype:  # the tables are float32; a half model rotates in its own type
+            cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         if self.interleaved:
             x0, x1 = x[..., 0::2], x[..., 1::2]
             return stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], -1).flatten(-2)
@@ -171,6 +173,10 @@ class KVCache:
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write (B, KV, T, D) at the current position; return views of all positions so far."""
         t = k.shape[-2]
+        if k.dtype is not self.k.dtype or v.dtype is not self.v.dtype:
+            from ..errors import DtypeMismatch
+            raise DtypeMismatch("KVCache.append", [self.k.dtype, k.dtype, v.dtype],
+                                "keys and values must have the cache's dtype; cast them with .to(dtype)")
         if self.length + t > self.max_len:
             from ..errors import ShapeMismatch
             raise ShapeMismatch("KVCache.append", [k.shape], f"context full: {self.length} + {t} > {self.max_len} positions")
