@@ -138,9 +138,26 @@ def _compile(sched_steps: Sequence[Any]) -> list[CompiledKernel | ExternStep]:
 
 # -- plans on disk: a new process starts with the schedules of earlier ones ----------------
 
+_code_id: str | None = None
+
+
+def _code_identity() -> str:
+    """A hash of the code that decides a schedule, so a stored plan from another braze
+    (a new release, or a working tree being edited) is never replayed."""
+    global _code_id
+    if _code_id is None:
+        root = Path(__file__).parent
+        h = hashlib.sha256()
+        for f in sorted([root / "plan.py", root / "ir.py", root / "ops" / "lowering.py",
+                         *(root / "schedule").glob("*.py")]):
+            h.update(f.read_bytes())
+        _code_id = h.hexdigest()
+    return _code_id
+
+
 def _plan_path(key: Any) -> Path | None:
     try:
-        blob = pickle.dumps((key, _PLAN_FORMAT), protocol=5)
+        blob = pickle.dumps((key, _PLAN_FORMAT, _code_identity()), protocol=5)
         directory = cpu.cache_dir() / "plans"
         directory.mkdir(mode=0o700, exist_ok=True)
     except Exception:  # unpicklable attributes, unwritable cache: just do not store

@@ -204,3 +204,30 @@ def test_a_buffer_a_user_still_sees_is_not_reused() -> None:
     view = (x * 2).numpy()  # the user keeps a numpy view of the result's memory
     (x * 3).numpy()
     assert np.all(view == 2.0)
+
+
+def test_cat_of_computed_halves_writes_slices_of_one_output(monkeypatch: Any) -> None:
+    """Rotary embedding's two halves are stored straight into the concatenated output:
+    one kernel, one buffer."""
+    rng = np.random.default_rng(7)
+    xs = rng.standard_normal((1, 4, 16, 8)).astype(np.float32)
+    cs, sn = rng.standard_normal((16, 4)).astype(np.float32), rng.standard_normal((16, 4)).astype(np.float32)
+
+    def rope(x: braze.Tensor) -> braze.Tensor:
+        cos, sin = braze.from_numpy(cs), braze.from_numpy(sn)
+        x1, x2 = x[..., :4], x[..., 4:]
+        return braze.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+    got, st = run(rope, xs)
+    assert st["kernel_launches"] == 1 and st["allocations"] + st["pool_hits"] == 1, st
+    np.testing.assert_allclose(got, reference(rope, xs, monkeypatch), rtol=1e-6, atol=1e-6)
+
+
+def test_cat_with_an_input_that_is_only_a_view_runs_extern(monkeypatch: Any) -> None:
+    xs = np.arange(24, dtype=np.float32).reshape(2, 12)
+
+    def prog(x: braze.Tensor) -> braze.Tensor:
+        return braze.cat([x[:, :6] * 2, x[:, 6:]], 1) + 1
+
+    got, _ = run(prog, xs)
+    np.testing.assert_array_equal(got, reference(prog, xs, monkeypatch))

@@ -57,6 +57,7 @@ class Value:
     index: ir.Affine  # where its contiguous output would live, in group coordinates
     row: bool  # constant along the row (a reduction result or a function of one)
     shape: Shape
+    dims: tuple[int | None, ...] = ()  # the value's dims -> group coordinates
 
 
 @dataclass
@@ -72,6 +73,7 @@ class Group:
     members: list[int] = field(default_factory=list)
     loads: dict[Key, int] = field(default_factory=dict)  # storage -> kernel argument
     deps: set[int] = field(default_factory=set)
+    slices: list[tuple[Key, ir.Affine, ir.Expr]] = field(default_factory=list)  # cat: writes into slices
 
     @property
     def ndim(self) -> int:
@@ -132,6 +134,8 @@ class Scheduler:
     def run(self) -> Schedule:
         for i, node in enumerate(self.nodes):
             lower = node.op.lower
+            if node.op.name == "cat" and self.cat(i, node):
+                continue
             if node.op.inplace or lower is None:
                 if lower is None and not node.op.inplace:
                     refuse(node, "no lowering to the loop IR: runs as an extern step")
@@ -142,6 +146,38 @@ class Scheduler:
         for g in list(self.open):
             self.close(g)
         return Schedule(self.steps, self.materialized)
+
+    def cat(self, i: int, node: Any) -> bool:
+        """``cat`` as writes into slices of one output: each input that an open group
+        computes element by element is stored by that group straight into its slice,
+        and never exists on its own (rotary embedding's two halves, for one). Otherwise
+        cat is an extern step. The writing groups close at once: the output is then
+        complete for whatever reads it next."""
+        dim = node.attrs["dim"]
+        out = node.outputs[0]
+        groups = []
+        for o in node.inputs:
+            g = self.producer.get(self.key(o.storage))
+            v = g.values.get(self.key(o.storage)) if g is not None and g in self.open else None
+            if v is None or v.row or o.layout != Layout.contiguous(v.shape):
+                refuse(node, "an input is not computed element by element by an open group: runs as an extern step")
+                return False
+            groups.append((g, v))
+        k_out = self.key(out.storage)
+        start = 0
+        for (g, v), o in zip(groups, node.inputs):
+            n = o.layout.shape[dim]
+            target = out.layout.slice(dim, start, start + n, 1)
+            g.slices.append((k_out, affine(target, v.dims, g.ndim), v.expr))
+            start += n
+        self.materialized.add(k_out)
+        for g, _ in groups:
+            if i not in g.members:
+                g.members.append(i)  # its reads of the halves are inside the group
+        for g, _ in groups:
+            if g in self.open:
+                self.close(g)
+        return True
 
     def extern(self, i: int, node: Any) -> None:
         if node.op.inplace:
@@ -290,9 +326,9 @@ class Scheduler:
             row_map = tuple(g.elem_map[d] if d not in node.attrs["dims"] else None for d in range(len(src))) \
                 if keep else tuple(c for c in range(n_outer))
             g.row_shapes.setdefault(out.layout.shape, row_map)
-            value = Value(expr, affine(out.layout, row_map, g.ndim), True, out.layout.shape)
+            value = Value(expr, affine(out.layout, row_map, g.ndim), True, out.layout.shape, row_map)
         else:
-            value = Value(result, affine(out.layout, dim_map, g.ndim), kind == "row", out.layout.shape)
+            value = Value(result, affine(out.layout, dim_map, g.ndim), kind == "row", out.layout.shape, dim_map)
         k = self.key(out.storage)
         g.values[k] = value
         g.members.append(i)
@@ -336,6 +372,11 @@ class Scheduler:
                 stages.append(ir.StoreRow(arg, v.index, v.expr))
             else:
                 stages.append(ir.Store(arg, v.index, v.expr))
+        for k, index, expr in g.slices:
+            arg = args.setdefault(k, len(args))
+            if k not in outputs:
+                outputs.append(k)
+            stages.append(ir.Store(arg, index, expr))
         if not outputs:
             return
         order = sorted(args, key=lambda k: args[k])
