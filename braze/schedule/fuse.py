@@ -34,6 +34,7 @@ from ..layout import Layout, Shape
 from ..ops.lowering import ReduceSpec
 
 Key = int  # a storage's relative id within the flushed stream
+ROW_MIN = 1024
 
 
 def _debug() -> int:
@@ -283,10 +284,12 @@ class Scheduler:
                       tuple(coord[d] for d in range(len(src))))
         else:
             shape = node.outputs[0].layout.shape
-            if not shape:
-                g = Group(gid, (), (), (), ())
-            else:
-                g = Group(gid, shape[:-1], shape[-1:], shape, tuple(range(len(shape))))
+            # A row is the trailing dims holding at least ROW_MIN elements: short rows
+            # would pay the per-row index arithmetic for a handful of elements.
+            split = len(shape) - 1 if shape else 0
+            while split > 0 and prod(shape[split:]) < ROW_MIN:
+                split -= 1
+            g = Group(gid, shape[:split], shape[split:], shape, tuple(range(len(shape))))
         self.groups.append(g)
         self.open.append(g)
         return g
