@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .codegen.c import kernel_source, module_source
+from .errors import CompileError
 from .runtime import cpu, memory
 from .runtime import reference
 from .schedule import ExternStep, KernelStep, schedule
@@ -268,7 +269,18 @@ def execute(nodes: "deque[Any]") -> None:
             reference.run(nodes)
             return
         COUNTERS["plan_misses"] += 1
-        plan = _build(list(nodes), key_of, live, key)
+        try:
+            plan = _build(list(nodes), key_of, live, key)
+        except CompileError as err:
+            # A kernel braze generated does not compile: a bug in braze, not in the
+            # user's program. Run this stream unfused (correct, slower) and say so once.
+            if "compile" not in _warned:
+                _warned.add("compile")
+                print(f"braze: a generated kernel failed to compile; running unfused instead. "
+                      f"Please report this: {err}", file=sys.stderr)
+            del storages
+            reference.run(nodes)
+            return
         _plans[key] = plan
     else:
         COUNTERS["plan_hits"] += 1

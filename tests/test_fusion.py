@@ -231,3 +231,20 @@ def test_cat_with_an_input_that_is_only_a_view_runs_extern(monkeypatch: Any) -> 
 
     got, _ = run(prog, xs)
     np.testing.assert_array_equal(got, reference(prog, xs, monkeypatch))
+
+
+def test_a_kernel_that_fails_to_compile_runs_unfused_and_says_so(monkeypatch: Any, capfd: Any,
+                                                                tmp_path: Any) -> None:
+    from braze.errors import CompileError
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))
+    plan.clear()
+    monkeypatch.setattr(plan, "_warned", set())
+
+    def broken(source: str, names: Any, flags: Any = None) -> Any:
+        raise CompileError("simulated compiler failure")
+
+    monkeypatch.setattr(plan.cpu, "compile_c", broken)
+    x = braze.from_numpy(np.arange(6, dtype=np.float32))
+    np.testing.assert_allclose(((x + 1) * 2).numpy(), (np.arange(6) + 1) * 2)
+    assert "failed to compile" in capfd.readouterr().err
+    plan.clear()
