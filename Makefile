@@ -25,6 +25,7 @@ run: install
 # The whole suite runs twice: with the fusion compiler (the default) and on the
 # reference executor alone (BRAZE_FUSION=0); every fused plan is checked against it.
 test: install
+	$(PY) -m mypy
 	BRAZE_FUSION=1 $(PY) -m pytest -q -n 2
 	BRAZE_FUSION=0 $(PY) -m pytest -q -n 2
 

@@ -153,8 +153,8 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"{file}: safetensors, {len(st.tensors)} tensors")
             for k, v in st.metadata.items():
                 print(f"  {k} = {_fmt_value(v)}")
-            for t in st.tensors.values():
-                print(f"  {t.name:<56} {str(t.shape):<16} {t.dtype:<5} {_human(t.end - t.start)}")
+            for info in st.tensors.values():
+                print(f"  {info.name:<56} {str(info.shape):<16} {info.dtype:<5} {_human(info.end - info.start)}")
     print(f"executor: {executor_description()}")
     return 0
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ml_dtypes
+import numpy
 import numpy as np
 
 from .errors import Unsupported
@@ -43,7 +44,7 @@ class DType:
         return self in (float16, bfloat16)
 
     @property
-    def compute(self) -> np.dtype:
+    def compute(self) -> "numpy.dtype[Any]":
         """The numpy dtype the reference executor computes this dtype in."""
         return np.dtype(np.float32) if self.is_half else self.np
 

@@ -37,7 +37,7 @@ def normalize_dim(op: str, dim: int, ndim: int, *, extra: int = 0) -> int:
     n = ndim + extra
     lim = max(n, 1)
     if not isinstance(dim, int) or isinstance(dim, bool):
-        raise DimOutOfRange(op, dim, ndim, "dim must be an int")  # type: ignore[arg-type]
+        raise DimOutOfRange(op, dim, ndim, "dim must be an int")
     if not -lim <= dim < lim:
         raise DimOutOfRange(op, dim, n)
     return dim % lim
@@ -51,7 +51,7 @@ def normalize_dims(op: str, dims: int | Sequence[int] | None, ndim: int) -> tupl
         dims = (dims,)
     out = tuple(normalize_dim(op, d, ndim) for d in dims)
     if len(set(out)) != len(out):
-        raise DimOutOfRange(op, dims[0], ndim, f"dim {tuple(dims)} appears more than once")  # type: ignore[arg-type]
+        raise DimOutOfRange(op, dims[0], ndim, f"dim {tuple(dims)} appears more than once")
     return tuple(sorted(out)) if ndim else ()
 
 

@@ -18,7 +18,7 @@ import builtins as _b
 import functools
 import math
 from math import prod
-from typing import Any, Callable, Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Sequence, TypeAlias
 
 import numpy as np
 
@@ -42,6 +42,54 @@ from .storage import Storage, strided
 from .stream import Node, Operand, stream
 
 Scalar = int | float | bool
+# Builtins under other names: Tensor has methods called int, float and bool.
+_int: TypeAlias = int
+_float: TypeAlias = float
+_bool: TypeAlias = bool
+
+if TYPE_CHECKING:  # the generated function forms, for type checkers
+    def neg(input: Tensor) -> Tensor: ...
+    def abs(input: Tensor) -> Tensor: ...
+    def exp(input: Tensor) -> Tensor: ...
+    def log(input: Tensor) -> Tensor: ...
+    def sqrt(input: Tensor) -> Tensor: ...
+    def rsqrt(input: Tensor) -> Tensor: ...
+    def reciprocal(input: Tensor) -> Tensor: ...
+    def sin(input: Tensor) -> Tensor: ...
+    def cos(input: Tensor) -> Tensor: ...
+    def tanh(input: Tensor) -> Tensor: ...
+    def sigmoid(input: Tensor) -> Tensor: ...
+    def erf(input: Tensor) -> Tensor: ...
+    def relu(input: Tensor) -> Tensor: ...
+    def silu(input: Tensor) -> Tensor: ...
+    def floor(input: Tensor) -> Tensor: ...
+    def ceil(input: Tensor) -> Tensor: ...
+    def round(input: Tensor) -> Tensor: ...
+    def sign(input: Tensor) -> Tensor: ...
+    def logical_not(input: Tensor) -> Tensor: ...
+    def isnan(input: Tensor) -> Tensor: ...
+    def isinf(input: Tensor) -> Tensor: ...
+    def isfinite(input: Tensor) -> Tensor: ...
+    def add(input: Any, other: Any) -> Tensor: ...
+    def sub(input: Any, other: Any) -> Tensor: ...
+    def subtract(input: Any, other: Any) -> Tensor: ...
+    def mul(input: Any, other: Any) -> Tensor: ...
+    def multiply(input: Any, other: Any) -> Tensor: ...
+    def div(input: Any, other: Any) -> Tensor: ...
+    def divide(input: Any, other: Any) -> Tensor: ...
+    def true_divide(input: Any, other: Any) -> Tensor: ...
+    def floor_divide(input: Any, other: Any) -> Tensor: ...
+    def remainder(input: Any, other: Any) -> Tensor: ...
+    def eq(input: Any, other: Any) -> Tensor: ...
+    def ne(input: Any, other: Any) -> Tensor: ...
+    def lt(input: Any, other: Any) -> Tensor: ...
+    def le(input: Any, other: Any) -> Tensor: ...
+    def gt(input: Any, other: Any) -> Tensor: ...
+    def ge(input: Any, other: Any) -> Tensor: ...
+    def logical_and(input: Any, other: Any) -> Tensor: ...
+    def logical_or(input: Any, other: Any) -> Tensor: ...
+    def logical_xor(input: Any, other: Any) -> Tensor: ...
+    negative = neg
 
 
 class ValuesIndices(NamedTuple):
@@ -75,6 +123,83 @@ class Tensor:
         self._storage = storage
         self._layout = layout
 
+    if TYPE_CHECKING:  # methods attached from the function forms at the end of this file
+        def neg(self) -> Tensor: ...
+        def abs(self) -> Tensor: ...
+        def exp(self) -> Tensor: ...
+        def log(self) -> Tensor: ...
+        def sqrt(self) -> Tensor: ...
+        def rsqrt(self) -> Tensor: ...
+        def reciprocal(self) -> Tensor: ...
+        def sin(self) -> Tensor: ...
+        def cos(self) -> Tensor: ...
+        def tanh(self) -> Tensor: ...
+        def sigmoid(self) -> Tensor: ...
+        def erf(self) -> Tensor: ...
+        def relu(self) -> Tensor: ...
+        def silu(self) -> Tensor: ...
+        def floor(self) -> Tensor: ...
+        def ceil(self) -> Tensor: ...
+        def round(self) -> Tensor: ...
+        def sign(self) -> Tensor: ...
+        def logical_not(self) -> Tensor: ...
+        def isnan(self) -> Tensor: ...
+        def isinf(self) -> Tensor: ...
+        def isfinite(self) -> Tensor: ...
+        def add(self, other: Any) -> Tensor: ...
+        def sub(self, other: Any) -> Tensor: ...
+        def subtract(self, other: Any) -> Tensor: ...
+        def mul(self, other: Any) -> Tensor: ...
+        def multiply(self, other: Any) -> Tensor: ...
+        def div(self, other: Any) -> Tensor: ...
+        def divide(self, other: Any) -> Tensor: ...
+        def true_divide(self, other: Any) -> Tensor: ...
+        def floor_divide(self, other: Any) -> Tensor: ...
+        def remainder(self, other: Any) -> Tensor: ...
+        def eq(self, other: Any) -> Tensor: ...
+        def ne(self, other: Any) -> Tensor: ...
+        def lt(self, other: Any) -> Tensor: ...
+        def le(self, other: Any) -> Tensor: ...
+        def gt(self, other: Any) -> Tensor: ...
+        def ge(self, other: Any) -> Tensor: ...
+        def logical_and(self, other: Any) -> Tensor: ...
+        def logical_or(self, other: Any) -> Tensor: ...
+        def logical_xor(self, other: Any) -> Tensor: ...
+        def gelu(self, approximate: str = 'none') -> Tensor: ...
+        def square(self) -> Tensor: ...
+        def pow(self, exponent: Any) -> Tensor: ...
+        def clamp(self, min: Any = None, max: Any = None) -> Tensor: ...
+        def maximum(self, other: Any) -> Tensor: ...
+        def minimum(self, other: Any) -> Tensor: ...
+        def masked_fill(self, mask: Tensor, value: Any) -> Tensor: ...
+        def sum(self, dim: Any = None, keepdim: _bool = False, *, dtype: Any = None) -> Tensor: ...
+        def mean(self, dim: Any = None, keepdim: _bool = False, *, dtype: Any = None) -> Tensor: ...
+        def amax(self, dim: Any = None, keepdim: _bool = False) -> Tensor: ...
+        def amin(self, dim: Any = None, keepdim: _bool = False) -> Tensor: ...
+        def max(self, dim: Any = None, keepdim: _bool = False) -> Any: ...
+        def min(self, dim: Any = None, keepdim: _bool = False) -> Any: ...
+        def argmax(self, dim: _int | None = None, keepdim: _bool = False) -> Tensor: ...
+        def argmin(self, dim: _int | None = None, keepdim: _bool = False) -> Tensor: ...
+        def any(self, dim: Any = None, keepdim: _bool = False) -> Tensor: ...
+        def all(self, dim: Any = None, keepdim: _bool = False) -> Tensor: ...
+        def var(self, dim: Any = None, keepdim: _bool = False, *, correction: _float = 1, unbiased: _bool | None = None) -> Tensor: ...
+        def std(self, dim: Any = None, keepdim: _bool = False, *, correction: _float = 1, unbiased: _bool | None = None) -> Tensor: ...
+        def logsumexp(self, dim: Any, keepdim: _bool = False) -> Tensor: ...
+        def softmax(self, dim: _int, dtype: Any = None) -> Tensor: ...
+        def log_softmax(self, dim: _int, dtype: Any = None) -> Tensor: ...
+        def cumsum(self, dim: _int, *, dtype: Any = None) -> Tensor: ...
+        def sort(self, dim: _int = -1, descending: _bool = False, stable: _bool = True) -> ValuesIndices: ...
+        def argsort(self, dim: _int = -1, descending: _bool = False, stable: _bool = True) -> Tensor: ...
+        def topk(self, k: _int, dim: _int = -1, largest: _bool = True, sorted: _bool = True) -> ValuesIndices: ...
+        def tril(self, diagonal: _int = 0) -> Tensor: ...
+        def triu(self, diagonal: _int = 0) -> Tensor: ...
+        def gather(self, dim: _int, index: Tensor) -> Tensor: ...
+        def index_select(self, dim: _int, index: Tensor) -> Tensor: ...
+        def matmul(self, other: Any) -> Tensor: ...
+        def prod(self, dim: Any = None, keepdim: _bool = False) -> Tensor: ...
+        def clip(self, min: Any = None, max: Any = None) -> Tensor: ...
+        def where(self, condition: Tensor, other: Any) -> Tensor: ...
+
     # -- metadata ------------------------------------------------------------------------
     @property
     def dtype(self) -> DType:
@@ -93,46 +218,46 @@ class Tensor:
         return self._layout
 
     @property
-    def ndim(self) -> int:
+    def ndim(self) -> _int:
         return len(self._layout.shape)
 
-    def size(self, dim: int | None = None) -> Any:
+    def size(self, dim: _int | None = None) -> Any:
         if dim is None:
             return self.shape
         return self.shape[normalize_dim("size", dim, self.ndim)]
 
-    def dim(self) -> int:
+    def dim(self) -> _int:
         return self.ndim
 
-    def numel(self) -> int:
+    def numel(self) -> _int:
         return self._layout.numel
 
-    def element_size(self) -> int:
+    def element_size(self) -> _int:
         return self.dtype.itemsize
 
     @property
-    def nbytes(self) -> int:
+    def nbytes(self) -> _int:
         return self.numel() * self.dtype.itemsize
 
-    def stride(self, dim: int | None = None) -> Any:
+    def stride(self, dim: _int | None = None) -> Any:
         if dim is None:
             return self._layout.strides
         return self._layout.strides[normalize_dim("stride", dim, self.ndim)]
 
-    def storage_offset(self) -> int:
+    def storage_offset(self) -> _int:
         return self._layout.offset
 
-    def is_contiguous(self) -> bool:
+    def is_contiguous(self) -> _bool:
         return self._layout.is_contiguous()
 
-    def is_floating_point(self) -> bool:
+    def is_floating_point(self) -> _bool:
         return self.dtype.is_floating_point
 
-    def shares_storage(self, other: "Tensor") -> bool:
+    def shares_storage(self, other: "Tensor") -> _bool:
         """True when both tensors are views of one storage (a write to one may show in the other)."""
         return self._storage is other._storage
 
-    def _dims(self, n: int) -> Shape:
+    def _dims(self, n: _int) -> Shape:
         if self.ndim != n:
             raise RankMismatch(f"dims{n}", n, self.shape)
         return self.shape
@@ -140,19 +265,19 @@ class Tensor:
     def dims0(self) -> Shape:
         return self._dims(0)
 
-    def dims1(self) -> tuple[int]:
+    def dims1(self) -> tuple[_int]:
         return self._dims(1)  # type: ignore[return-value]
 
-    def dims2(self) -> tuple[int, int]:
+    def dims2(self) -> tuple[_int, _int]:
         return self._dims(2)  # type: ignore[return-value]
 
-    def dims3(self) -> tuple[int, int, int]:
+    def dims3(self) -> tuple[_int, _int, _int]:
         return self._dims(3)  # type: ignore[return-value]
 
-    def dims4(self) -> tuple[int, int, int, int]:
+    def dims4(self) -> tuple[_int, _int, _int, _int]:
         return self._dims(4)  # type: ignore[return-value]
 
-    def dims5(self) -> tuple[int, int, int, int, int]:
+    def dims5(self) -> tuple[_int, _int, _int, _int, _int]:
         return self._dims(5)  # type: ignore[return-value]
 
     # -- sync points ---------------------------------------------------------------------
@@ -172,7 +297,7 @@ class Tensor:
         return strided(self._storage.data(), lay.shape, lay.strides, lay.offset,
                        writeable=not self._storage.readonly)
 
-    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+    def __array__(self, dtype: Any = None, copy: _bool | None = None) -> np.ndarray:
         arr = self.numpy()
         if dtype is not None and np.dtype(dtype) != arr.dtype:
             return arr.astype(dtype)
@@ -181,13 +306,13 @@ class Tensor:
     def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
         return self.numpy().__dlpack__(*args, **kwargs)
 
-    def __dlpack_device__(self) -> tuple[int, int]:
+    def __dlpack_device__(self) -> tuple[_int, _int]:
         return (1, 0)  # kDLCPU
 
     def item(self) -> Scalar:
         if self.numel() != 1:
             raise ShapeMismatch("item", [self.shape], "only a one-element tensor converts to a Python scalar")
-        return self.numpy().reshape(()).item()  # type: ignore[no-any-return]
+        return self.numpy().reshape(()).item()
 
     def tolist(self) -> Any:
         arr = self.numpy()
@@ -195,18 +320,18 @@ class Tensor:
             arr = arr.astype(np.float32)
         return arr.tolist()
 
-    def __bool__(self) -> bool:
+    def __bool__(self) -> _bool:
         if self.numel() != 1:
             raise ShapeMismatch("__bool__", [self.shape], "the truth value of a tensor with more than one element is ambiguous")
         return bool(self.item())
 
-    def __float__(self) -> float:
+    def __float__(self) -> _float:
         return float(self.item())
 
-    def __int__(self) -> int:
+    def __int__(self) -> _int:
         return int(self.item())
 
-    def __index__(self) -> int:
+    def __index__(self) -> _int:
         if not self.dtype.is_integer or self.numel() != 1:
             raise DtypeMismatch("__index__", [self.dtype], "only a one-element integer tensor can be used as an index")
         return int(self.item())
@@ -220,7 +345,7 @@ class Tensor:
         extra = "" if self.dtype in (dt.float32, dt.int64, dt.bool_) else f", dtype={self.dtype!r}"
         return f"tensor({body}{extra})"
 
-    def __len__(self) -> int:
+    def __len__(self) -> _int:
         if self.ndim == 0:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
@@ -230,7 +355,7 @@ class Tensor:
             raise TypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(self.shape[0]))
 
-    def __hash__(self) -> int:
+    def __hash__(self) -> _int:
         return id(self)
 
     # -- recording -----------------------------------------------------------------------
@@ -307,7 +432,7 @@ class Tensor:
             return self._view(lay)
         return _record("copy", [self])._view(Layout.contiguous(shape_))
 
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "Tensor":
+    def flatten(self, start_dim: _int = 0, end_dim: _int = -1) -> "Tensor":
         if self.ndim == 0:
             return self.reshape(1)
         s = normalize_dim("flatten", start_dim, self.ndim)
@@ -316,7 +441,7 @@ class Tensor:
             raise DimOutOfRange("flatten", start_dim, self.ndim, f"start_dim {start_dim} is after end_dim {end_dim}")
         return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
-    def unflatten(self, dim: int, sizes: Sequence[int]) -> "Tensor":
+    def unflatten(self, dim: _int, sizes: Sequence[_int]) -> "Tensor":
         d = normalize_dim("unflatten", dim, self.ndim)
         sizes_ = _infer_shape("unflatten", self, tuple(sizes), numel=self.shape[d])
         return self.view(self.shape[:d] + sizes_ + self.shape[d + 1:])
@@ -331,7 +456,7 @@ class Tensor:
             raise DimOutOfRange("permute", dims[0], self.ndim, f"dims {dims} are not a permutation")
         return self._view(self._layout.permute(norm))
 
-    def transpose(self, dim0: int, dim1: int) -> "Tensor":
+    def transpose(self, dim0: _int, dim1: _int) -> "Tensor":
         if self.ndim == 0:
             return self
         a = normalize_dim("transpose", dim0, self.ndim)
@@ -353,11 +478,11 @@ class Tensor:
             raise RankMismatch("mT", ">= 2", self.shape)
         return self.transpose(-2, -1)
 
-    def squeeze(self, dim: int | Sequence[int] | None = None) -> "Tensor":
+    def squeeze(self, dim: _int | Sequence[_int] | None = None) -> "Tensor":
         dims = normalize_dims("squeeze", dim, self.ndim) if self.ndim else ()
         return self._view(self._layout.squeeze(dims))
 
-    def unsqueeze(self, dim: int) -> "Tensor":
+    def unsqueeze(self, dim: _int) -> "Tensor":
         d = normalize_dim("unsqueeze", dim, self.ndim, extra=1)
         return self._view(self._layout.unsqueeze(d))
 
@@ -384,7 +509,7 @@ class Tensor:
     def broadcast_to(self, *shape: Any) -> "Tensor":
         return self.expand(*shape)
 
-    def narrow(self, dim: int, start: int, length: int) -> "Tensor":
+    def narrow(self, dim: _int, start: _int, length: _int) -> "Tensor":
         d = normalize_dim("narrow", dim, self.ndim)
         n = self.shape[d]
         if start < 0:
@@ -393,14 +518,14 @@ class Tensor:
             raise IndexOutOfRange("narrow", start + length if start >= 0 else start, n, d)
         return self._view(self._layout.slice(d, start, start + length, 1))
 
-    def select(self, dim: int, index: int) -> "Tensor":
+    def select(self, dim: _int, index: _int) -> "Tensor":
         d = normalize_dim("select", dim, self.ndim)
         n = self.shape[d]
         if not -n <= index < n:
             raise IndexOutOfRange("select", index, n, d)
         return self._view(self._layout.select(d, index % n))
 
-    def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple["Tensor", ...]:
+    def split(self, split_size: _int | Sequence[_int], dim: _int = 0) -> tuple["Tensor", ...]:
         d = normalize_dim("split", dim, self.ndim)
         n = self.shape[d]
         if isinstance(split_size, int):
@@ -417,13 +542,13 @@ class Tensor:
             start += s
         return tuple(out)
 
-    def chunk(self, chunks: int, dim: int = 0) -> tuple["Tensor", ...]:
+    def chunk(self, chunks: _int, dim: _int = 0) -> tuple["Tensor", ...]:
         if chunks <= 0:
             raise ShapeMismatch("chunk", [self.shape], f"chunks must be positive, got {chunks}")
         d = normalize_dim("chunk", dim, self.ndim)
         return self.split(_b.max(1, math.ceil(self.shape[d] / chunks)), d)
 
-    def unbind(self, dim: int = 0) -> tuple["Tensor", ...]:
+    def unbind(self, dim: _int = 0) -> tuple["Tensor", ...]:
         d = normalize_dim("unbind", dim, self.ndim)
         return tuple(self.select(d, i) for i in range(self.shape[d]))
 
@@ -752,7 +877,7 @@ def _binary(op: str, a: Any, b: Any) -> Tensor:
     if ts[0].dtype is dt.bool_ and ts[1].dtype is dt.bool_ and op in ("add", "sub", "mul", "div", "floor_divide",
                                                                      "remainder", "pow"):
         raise DtypeMismatch(op, [dt.bool_, dt.bool_], "arithmetic on bool tensors: cast to an integer dtype first")
-    return _record(op, ts)  # type: ignore[no-any-return]
+    return _record(op, ts)
 
 
 def _logical(op: str, a: Any, b: Any) -> Tensor:
@@ -935,7 +1060,7 @@ def _setitem_advanced(x: Tensor, items: tuple[Any, ...], value: Any) -> None:
 
 def where(condition: Tensor, input: Any, other: Any) -> Tensor:
     c, a, b = _operands_where(condition, input, other)
-    return _record("where", [c, a, b])  # type: ignore[no-any-return]
+    return _record("where", [c, a, b])
 
 
 def _operands_where(condition: Any, a: Any, b: Any) -> list[Tensor]:
@@ -997,7 +1122,7 @@ def masked_fill(input: Tensor, mask: Tensor, value: Any) -> Tensor:
 def _reduce(op: str, x: Tensor, dim: Any, keepdim: bool, **extra: Any) -> Tensor:
     _check_tensor(op, x)
     dims = normalize_dims(op, dim, x.ndim)
-    return _record(op, [x], dims=dims, keepdim=bool(keepdim), **extra)  # type: ignore[no-any-return]
+    return _record(op, [x], dims=dims, keepdim=bool(keepdim), **extra)
 
 
 @_atomic
@@ -1130,7 +1255,7 @@ def _check_float(op: str, x: Tensor) -> None:
 def cumsum(input: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
     x = input.to(dtype) if dtype is not None else input
     d = normalize_dim("cumsum", dim, x.ndim)
-    return _record("cumsum", [x], dim=d)  # type: ignore[no-any-return]
+    return _record("cumsum", [x], dim=d)
 
 
 def sort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = True) -> ValuesIndices:
@@ -1162,7 +1287,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
             raise ShapeMismatch("cat", [x.shape for x in ts], f"sizes must match except in dim {d}")
     if len(ts) == 1:
         return ts[0].clone()
-    return _record("cat", ts, dim=d)  # type: ignore[no-any-return]
+    return _record("cat", ts, dim=d)
 
 
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
@@ -1207,19 +1332,19 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: Scalar
                 raise ShapeMismatch("pad", [input.shape], f"{mode} padding {lo, hi} is too large for dim {d}")
     if not _b.any(lo or hi for lo, hi in pos):
         return x
-    return _record("pad", [x], pads=pos, mode=mode, value=fill)  # type: ignore[no-any-return]
+    return _record("pad", [x], pads=pos, mode=mode, value=fill)
 
 
 def tril(input: Tensor, diagonal: int = 0) -> Tensor:
     if input.ndim < 2:
         raise RankMismatch("tril", ">= 2", input.shape)
-    return _record("tril", [input], diagonal=int(diagonal))  # type: ignore[no-any-return]
+    return _record("tril", [input], diagonal=int(diagonal))
 
 
 def triu(input: Tensor, diagonal: int = 0) -> Tensor:
     if input.ndim < 2:
         raise RankMismatch("triu", ">= 2", input.shape)
-    return _record("triu", [input], diagonal=int(diagonal))  # type: ignore[no-any-return]
+    return _record("triu", [input], diagonal=int(diagonal))
 
 
 def _check_index_values(op: str, index: Tensor, size: int, dim: int) -> None:
@@ -1237,7 +1362,7 @@ def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:
         if i != d and m > n:
             raise ShapeMismatch("gather", [input.shape, index.shape], f"index size {m} exceeds input size {n} in dim {i}")
     _check_index_values("gather", index, input.shape[d] if input.ndim else 1, d)
-    return _record("gather", [input, index], dim=d)  # type: ignore[no-any-return]
+    return _record("gather", [input, index], dim=d)
 
 
 def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
@@ -1245,14 +1370,14 @@ def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
     if index.ndim > 1:
         raise RankMismatch("index_select", 1, index.shape)
     _check_index_values("index_select", index, input.shape[d] if input.ndim else 1, d)
-    return _record("index_select", [input, index.reshape(-1)], dim=d)  # type: ignore[no-any-return]
+    return _record("index_select", [input, index.reshape(-1)], dim=d)
 
 
 def one_hot(input: Tensor, num_classes: int = -1) -> Tensor:
     if num_classes == -1:
         num_classes = int(input.max().item()) + 1 if input.numel() else 0
     _check_index_values("one_hot", input, num_classes, -1)
-    return _record("one_hot", [input], num_classes=int(num_classes))  # type: ignore[no-any-return]
+    return _record("one_hot", [input], num_classes=int(num_classes))
 
 
 def matmul(input: Any, other: Any) -> Tensor:
@@ -1352,7 +1477,7 @@ def full(size: Any, fill_value: Scalar, *, dtype: Any = None, device: Any = None
         dtype = dt.bool_ if isinstance(fill_value, bool) else dt.int64 if isinstance(fill_value, int) else dt.float32
     d = as_dtype(dtype, "full")
     value = _scalar_to("full", fill_value, d)._storage.data()[0].item() if not d.is_half else float(fill_value)
-    return _record("full", [], shape=shape, dtype=d, value=value)  # type: ignore[no-any-return]
+    return _record("full", [], shape=shape, dtype=d, value=value)
 
 
 def zeros(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
@@ -1398,7 +1523,7 @@ def arange(start: Scalar, end: Scalar | None = None, step: Scalar = 1, *, dtype:
     all_int = _b.all(isinstance(v, (int, np.integer)) for v in (start, end, step))
     d = _creation_dtype(dtype, dt.int64 if all_int else dt.float32)
     n = _b.max(0, math.ceil((end - start) / step))
-    return _record("arange", [], shape=(n,), dtype=d, start=start, step=step)  # type: ignore[no-any-return]
+    return _record("arange", [], shape=(n,), dtype=d, start=start, step=step)
 
 
 def linspace(start: float, end: float, steps: int, *, dtype: Any = None, device: Any = None) -> Tensor:
@@ -1406,7 +1531,7 @@ def linspace(start: float, end: float, steps: int, *, dtype: Any = None, device:
     if steps < 0:
         raise ShapeMismatch("linspace", [(steps,)], "steps must be non-negative")
     d = _creation_dtype(dtype, dt.float32)
-    return _record("linspace", [], shape=(int(steps),), dtype=d, start=float(start), end=float(end))  # type: ignore[no-any-return]
+    return _record("linspace", [], shape=(int(steps),), dtype=d, start=float(start), end=float(end))
 
 
 # -- function forms shared with methods ------------------------------------------------------
@@ -1460,9 +1585,9 @@ _METHODS = _UNARY_NAMES + tuple(_BINARY_NAMES) + (
     "cumsum", "sort", "argsort", "topk", "tril", "triu", "gather", "index_select", "matmul")
 for _n in _METHODS:
     setattr(Tensor, _n, _g[_n])
-Tensor.prod = prod_  # type: ignore[attr-defined]
-Tensor.clip = clamp  # type: ignore[attr-defined]
-Tensor.where = lambda self, condition, other: where(condition, self, other)  # type: ignore[attr-defined]
+setattr(Tensor, "prod", prod_)
+setattr(Tensor, "clip", clamp)
+setattr(Tensor, "where", lambda self, condition, other: where(condition, self, other))
 
 
 __all__ = [

@@ -22,9 +22,9 @@ from .registry import OpDef, dtype_fixed, dtype_keep, register, require, same_dt
 # computed here from math.erf, so there is no table to trust.
 # The inner interpolant is of erf(x)/x (even, 2/sqrt(pi) at 0), multiplied back by x, so
 # erf stays odd and keeps full relative accuracy near 0 (erf(0) == 0, erf(1e-30) == 1.13e-30).
-_ERF_INNER = _cheb.chebinterpolate(
+_ERF_INNER = _cheb.chebinterpolate(  # type: ignore[type-var]
     lambda t: np.array([math.erf(v) / v if v else 2.0 / math.sqrt(math.pi) for v in np.atleast_1d(t)]), 28)
-_ERFC_OUTER = _cheb.chebinterpolate(
+_ERFC_OUTER = _cheb.chebinterpolate(  # type: ignore[type-var]
     lambda t: np.array([math.erfc(v) * math.exp(v * v) for v in 3.5 + 2.5 * np.atleast_1d(t)]), 40)
 
 
@@ -158,8 +158,8 @@ BINARY: dict[str, tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], str, DTy
     "logical_xor": (np.logical_xor, "float int uint bool", dt.bool_),
 }
 
-for _name, (_fn, _kinds, _out) in BINARY.items():
-    register(OpDef(_name, same_shape, dtype_keep(_kinds) if _out is None else dtype_fixed(_out, _kinds), _fn))
+for _name, (_bfn, _kinds, _out) in BINARY.items():
+    register(OpDef(_name, same_shape, dtype_keep(_kinds) if _out is None else dtype_fixed(_out, _kinds), _bfn))
 register(OpDef("div", same_shape, _float_div_dtype, _true_div))
 
 

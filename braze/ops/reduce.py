@@ -50,7 +50,7 @@ def _axis(attrs_dims: Sequence[int]) -> tuple[int, ...]:
 
 def _sum(x: np.ndarray, dims: tuple[int, ...], keepdim: bool) -> np.ndarray:
     acc = np.int64 if x.dtype.kind in "iub" else x.dtype
-    return np.sum(x, axis=dims, keepdims=keepdim, dtype=acc)
+    return np.asarray(np.sum(x, axis=dims, keepdims=keepdim, dtype=acc))
 
 
 def _prod(x: np.ndarray, dims: tuple[int, ...], keepdim: bool) -> np.ndarray:

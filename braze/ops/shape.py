@@ -34,7 +34,8 @@ def _pad_shape(op: str, shapes: Sequence[Shape], attrs: dict[str, Any]) -> list[
 def _pad(x: np.ndarray, pads: tuple[tuple[int, int], ...], mode: str, value: Any) -> np.ndarray:
     if mode == "constant":
         return np.pad(x, pads, mode="constant", constant_values=np.asarray(value).astype(x.dtype))
-    return np.pad(x, pads, mode={"reflect": "reflect", "replicate": "edge", "circular": "wrap"}[mode])
+    numpy_mode = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}[mode]
+    return np.pad(x, pads, mode=numpy_mode)  # type: ignore[call-overload]
 
 
 register(OpDef("pad", _pad_shape, dtype_keep(), _pad, compute="native"))

@@ -156,11 +156,11 @@ class Scheduler:
         complete for whatever reads it next."""
         dim = node.attrs["dim"]
         out = node.outputs[0]
-        groups = []
+        groups: list[tuple[Group, Value]] = []
         for o in node.inputs:
             g = self.producer.get(self.key(o.storage))
             v = g.values.get(self.key(o.storage)) if g is not None and g in self.open else None
-            if v is None or v.row or o.layout != Layout.contiguous(v.shape):
+            if g is None or v is None or v.row or o.layout != Layout.contiguous(v.shape):
                 refuse(node, "an input is not computed element by element by an open group: runs as an extern step")
                 return False
             groups.append((g, v))
@@ -185,9 +185,9 @@ class Scheduler:
             for g in list(self.open):
                 self.close(g)
         for o in node.inputs:
-            g = self.producer.get(self.key(o.storage))
-            if g is not None and g in self.open:
-                self.close(g)
+            src = self.producer.get(self.key(o.storage))
+            if src is not None and src in self.open:
+                self.close(src)
             self.materialized.add(self.key(o.storage))
         self.steps.append(ExternStep(i))
 
