@@ -1,5 +1,10 @@
 """Text generation: prefill, then one token at a time into a preallocated KV cache.
 
+The cache is allocated once per generation for every position it can reach (the prompt
+plus ``max_tokens``, at most the model's context length) and written in place; a
+generation never reallocates it. Allocating the full context up front, as llama.cpp
+does, would cost SmolLM2 377 MB of float32 for an 8k context it rarely fills.
+
 Sampling runs on the host over the last position's logits (one vocabulary-sized
 vector per step, as llama.cpp does): repetition penalty, temperature, top-k, top-p,
 then a draw from a seeded generator; temperature 0 is greedy. Text is streamed through
