@@ -248,3 +248,11 @@ def test_a_kernel_that_fails_to_compile_runs_unfused_and_says_so(monkeypatch: An
     np.testing.assert_allclose(((x + 1) * 2).numpy(), (np.arange(6) + 1) * 2)
     assert "failed to compile" in capfd.readouterr().err
     plan.clear()
+
+
+@pytest.mark.parametrize("op", ["floor", "ceil", "round", "abs", "sign"])
+def test_integer_rounding_ops_are_exact_for_large_values(op: str, monkeypatch: Any) -> None:
+    """Integers must not pass through float32 (47830817 is not a float32)."""
+    xs = np.array([47830817, -47830817, 2**31 - 1, 0], dtype=np.int32)
+    got, _ = run(lambda t: getattr(t, op)(), xs)
+    np.testing.assert_array_equal(got, reference(lambda t: getattr(t, op)(), xs, monkeypatch))

@@ -71,9 +71,9 @@ UNARY: dict[str, Any] = {
     "gelu_tanh": lambda d: _f(d, "(0.5f * {a} * (1.0f + braze_tanhf(0.79788456080286536f * ({a} + 0.044715f * {a} * {a} * {a}))))",
                               "(0.5 * {a} * (1.0 + tanh(0.79788456080286536 * ({a} + 0.044715 * {a} * {a} * {a}))))"),
     "silu": lambda d: _f(d, "({a} * braze_sigmoidf({a}))", "({a} / (1.0 + exp(-{a})))"),
-    "floor": lambda d: _f(d, "floorf({a})", "floor({a})"),
-    "ceil": lambda d: _f(d, "ceilf({a})", "ceil({a})"),
-    "round": lambda d: _f(d, "rintf({a})", "rint({a})"),
+    "floor": lambda d: _f(d, "floorf({a})", "floor({a})") if d.is_floating_point else "{a}",
+    "ceil": lambda d: _f(d, "ceilf({a})", "ceil({a})") if d.is_floating_point else "{a}",
+    "round": lambda d: _f(d, "rintf({a})", "rint({a})") if d.is_floating_point else "{a}",
     "sign": lambda d: (_sel(d, "{a} != {a}", "{a}", "(({a} > 0) - ({a} < 0))") if d.is_floating_point
                        else "(({a} > 0) - ({a} < 0))"),
     "logical_not": lambda d: "({a} == 0)",
