@@ -24,22 +24,24 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+def _load(loader: Any, what: str) -> Any:
+    from braze.models import ModelNotFound
+    try:
+        return loader()
+    except ModelNotFound as e:
+        pytest.fail(f"the default {what} must be installed for the tests (make install): {e}")
+
+
 @pytest.fixture(scope="session")
 def smollm() -> Any:
-    from braze.models import ModelNotFound, load_llm
-    try:
-        return load_llm()
-    except ModelNotFound as e:
-        pytest.fail(f"the default model must be installed for the tests (make install): {e}")
+    from braze.models import load_llm
+    return _load(load_llm, "model")
 
 
 @pytest.fixture(scope="session")
 def minilm() -> Any:
-    from braze.models import ModelNotFound, load_embedder
-    try:
-        return load_embedder()
-    except ModelNotFound as e:
-        pytest.fail(f"the default embedder must be installed for the tests (make install): {e}")
+    from braze.models import load_embedder
+    return _load(load_embedder, "embedder")
 
 
 @pytest.fixture(scope="session")
