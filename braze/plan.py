@@ -232,9 +232,6 @@ def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
         step.fn(ptrs, nthreads)
         for k in plan.release[i]:
             storages[k].array = None
-    for st in storages:
-        if st.producer is not None and st.array is not None:
-            st.producer = None
 
 
 def _finish_before(nodes: Sequence[Any], failed: int) -> None:
@@ -254,36 +251,34 @@ def execute(nodes: "deque[Any]") -> None:
     live = _live(storages, refs, produced)
     key = (form, live)
     plan = _plans.get(key)
+    unfused = ""  # why this stream runs on the reference executor instead, if it does
     if plan is None:
         shape_free = tuple((op, attrs, tuple(i[0] for i in ins)) for op, attrs, ins, _ in form)
         seen = _variants[shape_free] = _variants.get(shape_free, 0) + 1
-        if len(_plans) >= _cap() or seen > _shape_variants():
-            why = ("the same program keeps arriving with new shapes (decoding with a growing KV cache "
-                   "does this); kernels are specialised to shapes, so such a program runs unfused"
-                   if seen > _shape_variants() else
-                   f"{len(_plans)} different streams seen without repeats (BRAZE_PLAN_CAP)")
-            if why not in _warned:
-                _warned.add(why)
-                print(f"braze: {why}: running it on the reference executor", file=sys.stderr)
-            del storages  # let the reference executor free intermediates as it goes
-            reference.run(nodes)
-            return
-        COUNTERS["plan_misses"] += 1
-        try:
-            plan = _build(list(nodes), key_of, live, key)
-        except CompileError as err:
-            # A kernel braze generated does not compile: a bug in braze, not in the
-            # user's program. Run this stream unfused (correct, slower) and say so once.
-            if "compile" not in _warned:
-                _warned.add("compile")
-                print(f"braze: a generated kernel failed to compile; running unfused instead. "
-                      f"Please report this: {err}", file=sys.stderr)
-            del storages
-            reference.run(nodes)
-            return
-        _plans[key] = plan
+        if seen > _shape_variants():
+            unfused = ("the same program keeps arriving with new shapes (decoding with a growing KV cache "
+                       "does this); kernels are specialised to shapes, so such a program runs unfused")
+        elif len(_plans) >= _cap():
+            unfused = f"{len(_plans)} different streams seen without repeats (BRAZE_PLAN_CAP)"
+        else:
+            COUNTERS["plan_misses"] += 1
+            try:
+                plan = _build(list(nodes), key_of, live, key)
+                _plans[key] = plan
+            except CompileError as err:
+                # A kernel braze generated does not compile: a bug in braze, not in the
+                # user's program. Run this stream unfused (correct, slower).
+                unfused = f"a generated kernel failed to compile (please report this: {err})"
     else:
         COUNTERS["plan_hits"] += 1
+    if plan is None:
+        key_head = unfused.split(" (")[0]
+        if key_head not in _warned:
+            _warned.add(key_head)
+            print(f"braze: {unfused}: running it on the reference executor", file=sys.stderr)
+        del storages  # let the reference executor free intermediates as it goes
+        reference.run(nodes)
+        return
     _run(plan, list(nodes), storages)
     nodes.clear()
     for st in storages:

@@ -798,7 +798,7 @@ def _record(op: str, inputs: Sequence[Tensor], **attrs: Any) -> Any:
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-_CONSTS: dict[tuple[str, bytes], Storage] = {}
+_CONSTS: dict[tuple[Any, ...], Storage] = {}
 
 
 def _constant(value: Scalar, dtype: DType) -> Tensor:
@@ -865,7 +865,6 @@ def _operands(op: str, *xs: Any) -> list[Tensor]:
     tensors = [x for x in xs if isinstance(x, Tensor)]
     if not tensors:
         raise Unsupported(op, "needs at least one tensor operand")
-    _same_device(op, tensors)
     like = tensors[0]
     ts = [x if isinstance(x, Tensor) else _as_tensor_like(x, like, op) for x in xs]
     shape = broadcast_shapes(op, *(t.shape for t in ts))  # checks every operand once

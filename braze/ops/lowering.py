@@ -35,6 +35,10 @@ class ReduceSpec:
     correction: float = 0.0
 
 
+#: The reductions that lower; the scheduler treats their nodes as row folds.
+REDUCTIONS = frozenset({"sum", "prod", "mean", "amax", "amin", "any", "all"})
+
+
 def _pointwise(name: str) -> Lowering:
     def lower(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | None:
         return ir.Op(name, tuple(args), out)
@@ -105,7 +109,7 @@ def install() -> None:
     REGISTRY["where"].lower = _pointwise("where")
     REGISTRY["cast"].lower = _cast
     REGISTRY["copy"].lower = lambda args, attrs, out: args[0]
-    for name in ("sum", "prod", "mean", "amax", "amin", "any", "all"):
+    for name in REDUCTIONS:
         REGISTRY[name].lower = _reduce(name)
     REGISTRY["full"].lower = _full
     REGISTRY["arange"].lower = _arange

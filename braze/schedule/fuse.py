@@ -31,7 +31,7 @@ from typing import Any, Sequence
 from .. import dtypes as dt
 from .. import ir
 from ..layout import Layout, Shape
-from ..ops.lowering import ReduceSpec
+from ..ops.lowering import REDUCTIONS, ReduceSpec
 
 Key = int  # a storage's relative id within the flushed stream
 ROW_MIN = 1024
@@ -193,7 +193,6 @@ class Scheduler:
 
     # -- placing a lowerable node ------------------------------------------------------
     def place(self, i: int, node: Any) -> bool:
-        spec_probe = node.op.name in ("sum", "prod", "mean", "amax", "amin", "any", "all")
         candidates = []
         for o in node.inputs:
             g = self.producer.get(self.key(o.storage))
@@ -216,14 +215,14 @@ class Scheduler:
                 best = (s, g)
         if best is not None:
             return self.add(best[1], i, node)
-        g = self.new_group(node, reduce=spec_probe)
+        g = self.new_group(node, reduce=node.op.name in REDUCTIONS)
         if g is None:
             return False
         return self.add(g, i, node)
 
     def space(self, g: Group, node: Any) -> tuple[str, tuple[int | None, ...]] | None:
         """How the node's dims map onto the group's coordinates, or None."""
-        if node.op.name in ("sum", "prod", "mean", "amax", "amin", "any", "all"):
+        if node.op.name in REDUCTIONS:
             src = node.inputs[0].layout.shape
             dims = node.attrs["dims"]
             kept = [d for d in range(len(src)) if d not in dims]
