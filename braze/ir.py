@@ -36,6 +36,9 @@ class Load:
     arg: int
     index: Affine
     dtype: DType
+    #: ``(coord, lo, hi)``: the load is valid only where ``lo <= coord < hi`` and reads 0
+    #: elsewhere (cat and pad read each input only inside its own range of the output).
+    when: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import braze
+import braze.nn.functional
 from braze import plan
 from braze.runtime.cpu import compiler_available
 
@@ -223,14 +224,57 @@ def test_cat_of_computed_halves_writes_slices_of_one_output(monkeypatch: Any) ->
     np.testing.assert_allclose(got, reference(rope, xs, monkeypatch), rtol=1e-6, atol=1e-6)
 
 
-def test_cat_with_an_input_that_is_only_a_view_runs_extern(monkeypatch: Any) -> None:
+def test_cat_with_an_input_that_is_only_a_view_is_read_in_place(monkeypatch: Any) -> None:
+    """One input computed, one a plain view: the computed one is stored, and the cat is
+    guarded reads inside its consumer's kernel (never a copy of its own)."""
     xs = np.arange(24, dtype=np.float32).reshape(2, 12)
 
     def prog(x: braze.Tensor) -> braze.Tensor:
         return braze.cat([x[:, :6] * 2, x[:, 6:]], 1) + 1
 
-    got, _ = run(prog, xs)
+    got, st = run(prog, xs)
+    assert st["kernel_launches"] == 2, st
     np.testing.assert_array_equal(got, reference(prog, xs, monkeypatch))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "bool"])
+def test_cat_and_pad_of_views_are_index_arithmetic_in_the_consumer(dtype: str, monkeypatch: Any) -> None:
+    """cat of transposed and sliced views, an empty piece, and a constant pad, each read
+    by an element-wise consumer: one kernel per program, only its output allocated."""
+    rng = np.random.default_rng(3)
+    xs = (rng.standard_normal((6, 5)) * 4).astype(dtype)
+
+    def cat_prog(x: braze.Tensor) -> braze.Tensor:
+        y = braze.cat([x.T[:, :2], x.T[:, 6:], x.T[:, 2:6]], 1)
+        return y != 0 if dtype == "bool" else y * 3
+
+    def pad_prog(x: braze.Tensor) -> braze.Tensor:
+        y = braze.nn.functional.pad(x.T[1:], (2, 1, 0, 3), value=1)
+        return y.logical_not() if dtype == "bool" else y - 1
+
+    for prog in (cat_prog, pad_prog):
+        got, st = run(prog, xs)
+        assert st["kernel_launches"] == 1 and st["allocations"] + st["pool_hits"] <= 1, (prog.__name__, st)
+        np.testing.assert_array_equal(got, reference(prog, xs, monkeypatch))
+
+
+def test_cat_along_a_reduced_dim_and_reflect_pad(monkeypatch: Any) -> None:
+    """A reduction over a cat (the cat's dim inside the row) is one kernel; a reflect
+    pad indexes non-linearly and stays an extern step, with the same result."""
+    rng = np.random.default_rng(4)
+    xs = rng.standard_normal((4, 7)).astype(np.float32)
+
+    def prog(x: braze.Tensor) -> braze.Tensor:
+        return (braze.cat([x[:, 3:], x[:, :3]], 1) * 2).amax(1)
+
+    def reflect(x: braze.Tensor) -> braze.Tensor:
+        return braze.nn.functional.pad(x, (2, 2), mode="reflect") * 2
+
+    got, st = run(prog, xs)
+    assert st["kernel_launches"] == 1, st
+    np.testing.assert_array_equal(got, reference(prog, xs, monkeypatch))
+    got, _ = run(reflect, xs)
+    np.testing.assert_array_equal(got, reference(reflect, xs, monkeypatch))
 
 
 def test_a_kernel_that_fails_to_compile_runs_unfused_and_says_so(monkeypatch: Any, capfd: Any,

@@ -22,6 +22,9 @@ from ..dtypes import DType
 from .elementwise import BINARY, UNARY
 from .registry import REGISTRY
 
+#: ``lower(args, attrs, out_dtype)``: ``args`` are the inputs' expressions in the group's
+#: coordinates; ``attrs`` are the node's, plus ``coords`` (the group coordinate of each
+#: output dim) and ``in_shapes``, which movement-like ops (cat, pad) need.
 Lowering = Callable[[list[ir.Expr], dict[str, Any], DType], "ir.Expr | ReduceSpec | None"]
 
 
@@ -82,6 +85,67 @@ def _reduce(op: str) -> Lowering:
     return lower
 
 
+def _shifted(load: ir.Expr, shifts: dict[int, int], when: tuple[tuple[int, int, int], ...]) -> ir.Expr:
+    """An input's load seen from the output's coordinates: coordinate ``c`` of the output
+    is ``c - shift`` of the input, and the load is valid only inside ``when``."""
+    assert isinstance(load, ir.Load)
+    off = load.index.offset - sum(load.index.coeffs[c] * k for c, k in shifts.items())
+    return ir.Load(load.arg, ir.Affine(off, load.index.coeffs), load.dtype, when)
+
+
+def _in_range(coord: int, lo: int, hi: int) -> ir.Expr:
+    c = ir.Coord(coord, dt.int64)
+    return ir.Op("logical_and", (ir.Op("ge", (c, ir.Const(lo, dt.int64)), dt.bool_),
+                                 ir.Op("lt", (c, ir.Const(hi, dt.int64)), dt.bool_)), dt.bool_)
+
+
+def _cat(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | None:
+    """``cat`` as index arithmetic in the consumer: output coordinate ``c`` along ``dim``
+    reads input k at ``c - start_k`` where ``start_k <= c < start_k + n_k``. The scheduler
+    gives the lowering the group coordinates of the output's dims (``coords``) and the
+    inputs' shapes, and reads the inputs through loads in output coordinates."""
+    dim, coord = attrs["dim"], attrs["coords"][attrs["dim"]]
+    if coord is None:
+        return None
+    pieces, start = [], 0
+    for a, shape in zip(args, attrs["in_shapes"]):
+        n = shape[dim]
+        if n:  # an empty input contributes nothing (and must never be read)
+            pieces.append((start, start + n, _shifted(a, {coord: start}, ((coord, start, start + n),))))
+        start += n
+    expr = pieces[-1][2]
+    for lo, hi, load in reversed(pieces[:-1]):
+        expr = ir.Op("where", (ir.Op("lt", (ir.Coord(coord, dt.int64), ir.Const(hi, dt.int64)), dt.bool_),
+                               load, expr), out)
+    return expr
+
+
+def _pad(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | None:
+    """Constant ``pad`` as a guarded read: inside the input's box, the input at the
+    coordinate minus the leading pad; outside it, the fill value. Other modes (reflect,
+    replicate, circular) index non-linearly and stay extern steps."""
+    if attrs["mode"] != "constant":
+        return None
+    fill: ir.Expr = ir.Const(attrs["value"], out)
+    if 0 in attrs["in_shapes"][0]:
+        return fill
+    shifts, when = {}, []
+    for d, ((lo, _), n) in enumerate(zip(attrs["pads"], attrs["in_shapes"][0])):
+        c = attrs["coords"][d]
+        if c is None:  # a dim the group does not iterate (size 1 in a row-level space)
+            if lo or n != 1:
+                return None
+            continue
+        shifts[c] = lo
+        when.append((c, lo, lo + n))
+    load = _shifted(args[0], shifts, tuple(when))
+    cond = None
+    for c, lo, hi in when:
+        r = _in_range(c, lo, hi)
+        cond = r if cond is None else ir.Op("logical_and", (cond, r), dt.bool_)
+    return load if cond is None else ir.Op("where", (cond, load, fill), out)
+
+
 def _full(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr:
     return ir.Const(attrs["value"], out)
 
@@ -111,6 +175,8 @@ def install() -> None:
     REGISTRY["copy"].lower = lambda args, attrs, out: args[0]
     for name in REDUCTIONS:
         REGISTRY[name].lower = _reduce(name)
+    REGISTRY["cat"].lower = _cat
+    REGISTRY["pad"].lower = _pad
     REGISTRY["full"].lower = _full
     REGISTRY["arange"].lower = _arange
 

@@ -74,8 +74,13 @@ __all__ = [
 # nan). Measured over 1M floats in [-1, 3), single thread, gcc 12: sqrtf 8.9 ms -> 0.25 ms,
 # 1/sqrtf(x+eps) 5.7 -> 0.38 ms, tanhf 30.7 -> 20.8 ms, expf unchanged (4.9 ms).
 # No -ffast-math: braze keeps IEEE semantics (nan, inf, signed zero, no reassociation).
+# -ffp-contract=fast: a * b + c becomes one fused multiply-add (one rounding instead of
+# two, so each contracted step is as accurate or more), as -std=gnu11 does by default
+# and CUDA/Triton do on GPUs; ISO -std=c11 turns it off. Measured on the custom-erf GELU
+# (32x512x2048, 1 thread): 49 -> 40.5 ms, against 38 ms for the -ffast-math baseline.
 FLAGS: tuple[str, ...] = (
     "-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-std=c11", "-fno-math-errno",
+    "-ffp-contract=fast",
 )
 
 NO_COMPILER_MESSAGE = (

@@ -152,8 +152,9 @@ class Scheduler:
         """``cat`` as writes into slices of one output: each input that an open group
         computes element by element is stored by that group straight into its slice,
         and never exists on its own (rotary embedding's two halves, for one). Otherwise
-        cat is an extern step. The writing groups close at once: the output is then
-        complete for whatever reads it next."""
+        cat is placed like an element-wise node whose lowering reads each input under a
+        range guard (index arithmetic in the consumer). The writing groups close at once:
+        the output is then complete for whatever reads it next."""
         dim = node.attrs["dim"]
         out = node.outputs[0]
         groups: list[tuple[Group, Value]] = []
@@ -161,7 +162,8 @@ class Scheduler:
             g = self.producer.get(self.key(o.storage))
             v = g.values.get(self.key(o.storage)) if g is not None and g in self.open else None
             if g is None or v is None or v.row or o.layout != Layout.contiguous(v.shape):
-                refuse(node, "an input is not computed element by element by an open group: runs as an extern step")
+                refuse(node, "an input is not computed element by element by an open group: "
+                             "cat becomes guarded reads in its consumer instead of stores into slices")
                 return False
             groups.append((g, v))
         k_out = self.key(out.storage)
@@ -256,6 +258,8 @@ class Scheduler:
                 return "a row-level node cannot read an element-level value"
             if kind == "reduce" and v.row:
                 return "a reduction over a row value"
+            if node.op.name in ("cat", "pad"):
+                return f"{node.op.name} reads #{o.storage.id} at shifted coordinates, not where the group computes it"
         if kind == "reduce" and any(isinstance(s, ir.Store) for s in g.stages):
             return "the group already stores element values before this reduction"
         return ""
@@ -313,9 +317,10 @@ class Scheduler:
         kind, dim_map = sp
         args = [self.operand(g, o, dim_map) for o in node.inputs]
         out = node.outputs[0]
-        result = node.op.lower(args, node.attrs, out.storage.dtype)
+        ctx = {**node.attrs, "coords": dim_map, "in_shapes": [o.layout.shape for o in node.inputs]}
+        result = node.op.lower(args, ctx, out.storage.dtype)
         if result is None:
-            refuse(node, f"no lowering for dtype {out.storage.dtype.name}: runs as an extern step")
+            refuse(node, f"no lowering for dtype {out.storage.dtype.name} with {node.attrs}: runs as an extern step")
             if not g.members and not g.values:
                 self.open.remove(g)
                 self.groups.remove(g)
