@@ -47,23 +47,35 @@ import gc
 import json
 import math
 import os
-import platform
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .harness import (  # noqa: F401 - shared with bench.attention; names kept importable from here
+    BASELINES,
+    C_FLAGS,
+    STAT_KEYS,
+    Variant,
+    _fmt,
+    _import_torch,
+    _mib,
+    _ptr,
+    _timed,
+    braze_stats_of,
+    build_baselines,
+    env,
+    loadavg,
+    machine,
+)
+
 HERE = Path(__file__).resolve().parent
-BASELINES = HERE / "baselines"
-C_FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-shared"]
 
 SHAPES: dict[str, dict[str, tuple[int, ...]]] = {
     "full": {"gelu": (32, 512, 2048), "softmax": (4096, 4096), "norm": (8192, 1024), "rope": (1, 32, 2048, 64)},
@@ -220,78 +232,6 @@ _Y_AFTER_X = {"gelu_erf_libm", "gelu_erf_custom", "softmax_rows"}
 
 # --------------------------------------------------------------------------- helpers
 
-@contextlib.contextmanager
-def env(name: str, value: str | None) -> Iterator[None]:
-    old = os.environ.get(name)
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-
-
-def build_baselines(directory: Path) -> ctypes.CDLL:
-    """Compile every bench/baselines/*.c into one shared object and load it."""
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "gcc"
-    sources = sorted(str(p) for p in BASELINES.glob("*.c"))
-    so = directory / "baselines.so"
-    subprocess.run([cc, *C_FLAGS, *sources, "-o", str(so), "-lm"], check=True)
-    return ctypes.CDLL(str(so))
-
-
-def _ptr(a: Any) -> Any:
-    if isinstance(a, np.ndarray):
-        return ctypes.c_void_p(a.ctypes.data)
-    if isinstance(a, int):
-        return ctypes.c_int64(a)
-    return a
-
-
-def _timed(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def loadavg() -> list[float]:
-    try:
-        return [float(v) for v in Path("/proc/loadavg").read_text().split()[:3]]
-    except OSError:
-        return []
-
-
-def machine() -> dict[str, Any]:
-    model = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    cc = os.environ.get("CC") or shutil.which("cc") or "gcc"
-    try:
-        ccv = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout.splitlines()[0]
-    except (OSError, IndexError):
-        ccv = "?"
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
-                                cwd=HERE.parent).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "braze"], capture_output=True, text=True, check=False,
-                               cwd=HERE.parent).stdout.split()[1::2]
-    except OSError:
-        commit, dirty = "", []
-    return {"cpu": model, "nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)),
-            "python": platform.python_version(), "numpy": np.__version__, "cc": ccv, "commit": commit,
-            "braze_uncommitted": dirty}
-
-
 class _TorchOps:
     """The few function forms the programs take from ``m``, for torch."""
 
@@ -314,34 +254,7 @@ class _TorchOps:
         return self.t.softmax(x, dim)
 
 
-def _import_torch() -> Any:
-    try:
-        import torch
-    except Exception:  # noqa: BLE001 - not installed, or broken: skip it
-        return None
-    return torch
-
-
 # --------------------------------------------------------------------------- variants
-
-@dataclass
-class Variant:
-    name: str
-    run: Callable[[], Any]  # one timed call
-    result: Callable[[], np.ndarray]  # one untimed call, the output as numpy
-    per_thread: Callable[[int], None] = lambda nt: None
-    warmup: int = 2
-    single_threaded: bool = False  # timed at the first thread count only, reused at the others
-    first_ms: float | None = None
-    stats: dict[str, int] | None = None
-    first_stats: dict[str, int] | None = None
-    err: float | None = None
-    times: dict[int, list[float]] = field(default_factory=dict)
-
-
-STAT_KEYS = ("kernel_launches", "kernels_compiled", "allocations", "pool_hits", "bytes_allocated",
-             "peak_bytes", "live_bytes", "plan_hits", "plan_misses", "nodes_recorded")
-
 
 def braze_variant(name: str, prog: Program, arrays: list[np.ndarray], fusion: str) -> Variant:
     import braze
@@ -357,16 +270,7 @@ def braze_variant(name: str, prog: Program, arrays: list[np.ndarray], fusion: st
         with env("BRAZE_FUSION", fusion):
             return np.array(prog.fn(braze, *tensors).numpy())
 
-    def stats_of(fn: Callable[[], None]) -> tuple[float, dict[str, int]]:
-        gc.collect()
-        live0 = braze.stats()["live_bytes"]
-        braze.reset_stats()
-        t = _timed(fn)
-        s = braze.stats()
-        out = {k: s[k] for k in STAT_KEYS}
-        out["live_bytes_before"] = live0
-        out["peak_above_live_before"] = s["peak_bytes"] - live0
-        return t, out
+    stats_of = braze_stats_of
 
     v = Variant(name, call, result, warmup=3 if fusion == "1" else 1, single_threaded=fusion == "0")
     t, v.first_stats = stats_of(call)
@@ -551,16 +455,6 @@ def overhead(reps: int, n_ops: int, torch: Any) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- report
-
-def _fmt(ms: float | None) -> str:
-    if ms is None:
-        return "-"
-    return f"{ms:.3f}" if ms < 1 else f"{ms:.2f}" if ms < 100 else f"{ms:.0f}"
-
-
-def _mib(n: int | None) -> str:
-    return "-" if n is None else f"{n / 2**20:.1f}"
-
 
 def markdown(res: dict[str, Any]) -> str:
     threads = res["threads"]

@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--full", action="store_true", help="print every component of each vector")
     e.set_defaults(func=cmd_embed)
     b = sub.add_parser("bench", help="run a benchmark from bench/ (in a source checkout)")
-    b.add_argument("name", choices=["fusion"])
+    b.add_argument("name", choices=["fusion", "attention"])
     b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     b.set_defaults(func=cmd_bench)
     i = sub.add_parser("info", help="describe a model file")

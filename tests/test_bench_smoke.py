@@ -49,3 +49,39 @@ def test_fusion_benchmark_smoke(tmp_path: Path) -> None:
     md = res["markdown"]
     assert "| program |" in md and "(x) = ratio" in md
     assert "| gelu_custom |" in proc.stdout
+
+
+@pytest.mark.slow
+def test_attention_benchmark_smoke(tmp_path: Path) -> None:
+    """``bench.attention`` on tiny shapes, in this process: every program runs in every
+    variant, every result agrees with numpy, and the report has the issue's columns."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # bench/ is beside braze in the checkout, not installed
+    from bench.attention import main
+    from braze.runtime.cpu import get_num_threads
+
+    threads_before = get_num_threads()
+    assert main(["--smoke", "--threads", "1,2", "--out", str(tmp_path)]) == 0
+    assert get_num_threads() == threads_before  # the settings it changed are put back
+    assert os.environ.get("BRAZE_SHAPE_VARIANTS") != "1000"
+    files = list(tmp_path.glob("attention-*-smoke.json"))
+    assert len(files) == 1
+    res = json.loads(files[0].read_text())
+    names = {p["program"] for p in res["programs"]}
+    assert names == {"softmax_16x32", "softmax_2x256", "prefill_N16", "prefill_N16_causal", "prefill_N64",
+                     "prefill_N64_causal", "decode_N64"}
+    has_torch = res["torch"] is not None
+    for p in res["programs"]:
+        vs = p["variants"]
+        want = {"braze", "unfused", "numpy"} | ({"c"} if p["kind"] == "softmax" else {"user"})
+        assert want | ({"torch"} if has_torch else set()) == set(vs), p["program"]
+        for name, v in vs.items():
+            assert set(v["median_ms"]) == {"1", "2"}, (p["program"], name)
+            assert all(t > 0 for t in v["median_ms"].values())
+            assert v["max_abs_err"] < 1e-5, (p["program"], name, v["max_abs_err"])
+        for name in ("braze", "unfused") + (("user",) if p["kind"] != "softmax" else ()):
+            s = vs[name]["stats"]
+            assert s["kernel_launches"] >= 1 and s["peak_above_live_before"] >= 0 and "bytes_allocated" in s
+            assert vs[name]["first_call_ms"] > 0
+    md = res["markdown"]
+    assert "| softmax_16x32 | 1 |" in md and "| prefill_N64_causal |" in md and "peak above inputs" in md

@@ -1,0 +1,203 @@
+"""Shared pieces of braze's benchmarks (``bench.fusion``, ``bench.attention``).
+
+The methodology, written once: C baselines compiled from ``bench/baselines/*.c``; a
+``Variant`` is one way of computing a program, warmed up and then timed in interleaved
+rounds (every variant once per round, so that load from other work on a shared machine
+falls on all of them alike); medians are reported. braze's counters (``braze.stats()``)
+are taken for one steady-state call, and the first call separately.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import glob
+import os
+import platform
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+BASELINES = HERE / "baselines"
+C_FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-shared"]
+
+
+# --------------------------------------------------------------------------- helpers
+
+@contextlib.contextmanager
+def env(name: str, value: str | None) -> Iterator[None]:
+    old = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def build_baselines(directory: Path) -> ctypes.CDLL:
+    """Compile every bench/baselines/*.c into one shared object and load it."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "gcc"
+    sources = sorted(str(p) for p in BASELINES.glob("*.c"))
+    so = directory / "baselines.so"
+    subprocess.run([cc, *C_FLAGS, *sources, "-o", str(so), "-lm"], check=True)
+    return ctypes.CDLL(str(so))
+
+
+def _ptr(a: Any) -> Any:
+    if isinstance(a, np.ndarray):
+        return ctypes.c_void_p(a.ctypes.data)
+    if isinstance(a, int):
+        return ctypes.c_int64(a)
+    return a
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def loadavg() -> list[float]:
+    try:
+        return [float(v) for v in Path("/proc/loadavg").read_text().split()[:3]]
+    except OSError:
+        return []
+
+
+def machine() -> dict[str, Any]:
+    model = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cc = os.environ.get("CC") or shutil.which("cc") or "gcc"
+    try:
+        ccv = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        ccv = "?"
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
+                                cwd=HERE.parent).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "braze"], capture_output=True, text=True, check=False,
+                               cwd=HERE.parent).stdout.split()[1::2]
+    except OSError:
+        commit, dirty = "", []
+    return {"cpu": model, "nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)),
+            "python": platform.python_version(), "numpy": np.__version__, "cc": ccv, "commit": commit,
+            "braze_uncommitted": dirty}
+
+
+def _import_torch() -> Any:
+    try:
+        import torch
+    except Exception:  # noqa: BLE001 - not installed, or broken: skip it
+        return None
+    return torch
+
+
+@dataclass
+class Variant:
+    name: str
+    run: Callable[[], Any]  # one timed call
+    result: Callable[[], np.ndarray]  # one untimed call, the output as numpy
+    per_thread: Callable[[int], None] = lambda nt: None
+    warmup: int = 2
+    single_threaded: bool = False  # timed at the first thread count only, reused at the others
+    first_ms: float | None = None
+    stats: dict[str, int] | None = None
+    first_stats: dict[str, int] | None = None
+    err: float | None = None
+    times: dict[int, list[float]] = field(default_factory=dict)
+
+
+STAT_KEYS = ("kernel_launches", "kernels_compiled", "allocations", "pool_hits", "bytes_allocated",
+             "peak_bytes", "live_bytes", "plan_hits", "plan_misses", "nodes_recorded")
+
+
+def _fmt(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    return f"{ms:.3f}" if ms < 1 else f"{ms:.2f}" if ms < 100 else f"{ms:.0f}"
+
+
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**20:.1f}"
+
+
+def braze_stats_of(fn: Callable[[], None]) -> tuple[float, dict[str, int]]:
+    """Time one call of ``fn`` and take braze's counters over it; ``peak_above_live_before``
+    is the high-water mark above what braze held before the call (the inputs)."""
+    import braze
+    gc.collect()
+    live0 = braze.stats()["live_bytes"]
+    braze.reset_stats()
+    t = _timed(fn)
+    s = braze.stats()
+    out = {k: s[k] for k in STAT_KEYS}
+    out["live_bytes_before"] = live0
+    out["peak_above_live_before"] = s["peak_bytes"] - live0
+    return t, out
+
+
+_BLAS_SYMBOLS = {
+    "set": ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads64_",
+            "openblas_set_num_threads", "MKL_Set_Num_Threads", "bli_thread_set_num_threads"),
+    "get": ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads", "openblas_get_num_threads64_",
+            "openblas_get_num_threads", "MKL_Get_Max_Threads", "bli_thread_get_num_threads"),
+}
+_blas_fns: dict[str, Any] = {}
+
+
+def _blas_fn(kind: str) -> Any:
+    """numpy's BLAS entry point ``kind`` ("set" or "get" the thread count), or None."""
+    if kind not in _blas_fns:
+        fn = None
+        libdir = Path(np.__file__).resolve().parent.parent / "numpy.libs"
+        for path in [*sorted(glob.glob(str(libdir / "*blas*"))), ""]:
+            try:
+                lib = ctypes.CDLL(path or None)
+            except OSError:
+                continue
+            fn = next((f for f in (getattr(lib, sym, None) for sym in _BLAS_SYMBOLS[kind]) if f is not None), None)
+            if fn is not None:
+                break
+        _blas_fns[kind] = fn
+    return _blas_fns[kind]
+
+
+def blas_set_num_threads(n: int) -> bool:
+    """Set the thread count of the BLAS numpy uses (numpy's matmul, and so braze's
+    matmul extern step and its reference executor), through the library's own call: the
+    ``OPENBLAS_NUM_THREADS`` variable is read once, at load. False when no known BLAS
+    was found (its threads then stay at the library's default)."""
+    fn = _blas_fn("set")
+    if fn is None:
+        return False
+    fn(ctypes.c_int(n))
+    return True
+
+
+def blas_get_num_threads() -> int | None:
+    """The thread count of numpy's BLAS, or None when it cannot be asked."""
+    fn = _blas_fn("get")
+    if fn is None:
+        return None
+    fn.restype = ctypes.c_int
+    return int(fn())
