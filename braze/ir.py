@@ -7,6 +7,9 @@ A kernel iterates over ``outer`` (independent rows, run in parallel) times ``inn
   (sum, max, min, prod, any, all); later stages read it as ``Acc``.
 - ``Store``: write an element expression for every element of the row.
 - ``StoreRow``: write a row expression once per row (a reduction's result).
+- ``Contract``: a second matmul over the row into a vector per row (attention's
+  ``softmax(..) @ v``); a kernel with one is a *chain* kernel, whose element values
+  start from a ``Dot`` (the first matmul), see ``schedule/chain.py``.
 
 Expressions are small trees: ``Load`` (a kernel argument read at an affine index of
 the loop coordinates, derived from a Layout: every view is index arithmetic here),
@@ -67,7 +70,26 @@ class Op:
     attrs: tuple[tuple[str, Any], ...] = ()
 
 
-Expr = Union[Load, Const, Coord, Acc, Op]
+@dataclass(frozen=True)
+class Dot:
+    """``sum_d a[.., d] * b[.., d]`` over ``length``: a matmul's element. The loads'
+    Affine indices have one coordinate more than the kernel, the contracted ``d``."""
+
+    a: Load
+    b: Load
+    length: int
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Var:
+    """A named value of the generated code (a repair term's running accumulators)."""
+
+    name: str
+    dtype: DType
+
+
+Expr = Union[Load, Const, Coord, Acc, Op, Dot, Var]
 
 
 @dataclass(frozen=True)
@@ -75,6 +97,26 @@ class Reduce:
     op: str  # sum, max, min, prod, any, all
     expr: Expr
     dtype: DType  # accumulator dtype
+    #: in a rolling kernel, ``h(t, old, new)`` (``Var`` t, old{p} and new{p} for each
+    #: earlier stage p) that repairs the partial fold when its producers move
+    repair: Expr | None = None
+
+
+@dataclass(frozen=True)
+class Contract:
+    """A second matmul over the row: ``out[.., e] = post(sum_j weight_j * v[.., j, e])``
+    for ``e < size``. ``v``'s and ``index``'s Affines have one coordinate more than the
+    kernel (``e``); ``index`` does not use the row's own coordinate. ``post`` reads the
+    sum as ``Var("c")`` (factors constant along the row, such as softmax's ``1 / sum``,
+    are applied once here instead of per element)."""
+
+    arg: int
+    index: Affine
+    weight: Expr
+    v: Load
+    size: int
+    post: Expr
+    repair: Expr | None = None
 
 
 @dataclass(frozen=True)
@@ -91,7 +133,7 @@ class StoreRow:
     expr: Expr
 
 
-Stage = Union[Reduce, Store, StoreRow]
+Stage = Union[Reduce, Store, StoreRow, Contract]
 
 
 @dataclass
@@ -111,7 +153,17 @@ def walk(e: Expr) -> Any:
     if isinstance(e, Op):
         for a in e.args:
             yield from walk(a)
+    elif isinstance(e, Dot):
+        yield e.a
+        yield e.b
     yield e
+
+
+def stage_exprs(s: Stage) -> list[Expr]:
+    """The expressions a stage evaluates (for walks over a whole kernel)."""
+    if isinstance(s, Contract):
+        return [s.weight, s.v, s.post]
+    return [s.expr]
 
 
 def uses_inner(e: Expr, n_outer: int) -> bool:

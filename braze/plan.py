@@ -1,32 +1,43 @@
 """Plans: a flushed stream, scheduled and compiled once, replayed when it comes again.
 
-The flushed nodes are put in a *relative form* (after Burn's fusion streams): storages
+The recorded nodes are put in a *relative form* (after Burn's fusion streams): storages
 are numbered by first appearance, so two flushes that do the same thing to different
 tensors read the same; constants are storages too, so a different scalar value is the
-same form. The form, with which of its results Python can still reach, is the key of a
-stored ``Plan``: the schedule (fused kernels and extern steps) with every kernel
-compiled. A hit runs it with no scheduling and no compiling (``plan_hits``); a miss
-schedules, compiles and stores it (``plan_misses``). After ``BRAZE_PLAN_CAP``
-different forms (default 512) a stream that never repeats runs on the reference
-executor instead of growing the cache, and braze says so once.
+same form. The form is kept node by node while the stream records (``Form``, one entry
+per node), and a cursor walks a trie of stored plans as it grows: every trie node is
+one entry further into some stream braze has planned, and the node where a flushed
+stream ended holds its plans keyed by which results Python can still reach. So at a
+flush the plan is one dictionary look-up away, whatever the stream's length; a stream
+whose cursor fell off the trie is a new program, which is scheduled, compiled and
+inserted (``plan_misses``; a hit is ``plan_hits``). After ``BRAZE_PLAN_CAP`` stored
+plans (default 512) a stream that never repeats runs on the reference executor instead
+of growing the cache, and braze says so once.
 
 Liveness: a result is *live* if something besides the stream refers to its storage
 (a Tensor the user holds). Only live results and results read outside their kernel
 are ever written to memory; the rest stay in registers. The count uses CPython's
 reference counts, which errs only toward "live" (an extra store), never the other way.
+
+Memory: a buffer that only the plan needs (a kernel's result read by a later step) is
+placed at build time at an offset in one arena, by its lifetime inside the plan, so
+buffers that are never needed at the same time share bytes; a run takes one block from
+the pool for the whole arena.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import os
 import pickle
 import sys
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
+
+import numpy as np
 
 from .codegen.c import kernel_source, module_source
 from .errors import CompileError
@@ -34,6 +45,7 @@ from .runtime import cpu, memory
 from .runtime import reference
 from .schedule import ExternStep, KernelStep, schedule
 from .stats import COUNTERS
+from .stream import NodeQueue
 
 
 @dataclass
@@ -47,17 +59,25 @@ class Plan:
     steps: list[CompiledKernel | ExternStep]
     materialized: set[int]
     #: after step i, these storages (needed only inside the plan) are dead: their
-    #: buffers go back to the pool for the steps that follow.
+    #: buffers are dropped (arena views, or extern results back to the pool).
     release: list[list[int]]
+    #: byte offset in the arena of each buffer only the plan needs that a kernel writes
+    offsets: dict[int, int] = field(default_factory=dict)
+    #: bytes of the arena: at most the sum of those buffers, less where lifetimes do not overlap
+    arena_bytes: int = 0
+    #: before step i, these (storage, offset) get their arena view: at the first write,
+    #: not earlier, so a buffer not yet computed still reads as pending if a step fails
+    bind: list[list[tuple[int, int]]] = field(default_factory=list)
 
 
-_PLAN_FORMAT = 1  # bump when the stored schedule's shape changes
-_plans: dict[Any, Plan] = {}
+_PLAN_FORMAT = 2  # bump when the stored schedule's shape changes (2: arena offsets and size)
 _variants: dict[Any, int] = {}  # how many shapes each shape-free form has been built for
+
 
 def _shape_variants() -> int:
     """How many shapes one program is compiled for before braze stops specialising it."""
     return int(os.environ.get("BRAZE_SHAPE_VARIANTS", "2"))
+
 
 _warned: set[str] = set()
 
@@ -70,52 +90,213 @@ def _attrs_key(attrs: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(sorted((k, v if not isinstance(v, float) or v == v else "nan") for k, v in attrs.items()))
 
 
+# -- the trie of stored plans and the form that walks it ---------------------------------
+
+class TrieNode:
+    """One position in the trie: the entries on the way here are a prefix of a stream
+    braze has planned. Where a planned stream ended, its plans, keyed by liveness."""
+
+    __slots__ = ("children", "plans")
+
+    def __init__(self) -> None:
+        self.children: dict[tuple[Any, ...], TrieNode] = {}
+        #: None on the way (most nodes: a stream of 1000 ops makes 1000 of them)
+        self.plans: dict[frozenset[int], Plan] | None = None
+
+
+_root = TrieNode()  # replaced by ``clear``; a Form started on an older root walks anew
+_count = 0  # plans stored in the trie (what BRAZE_PLAN_CAP bounds)
+
+
+class Form:
+    """The relative form of the nodes a stream has recorded, kept as they are recorded.
+
+    Per node: one entry ``(op name, attrs key, inputs, outputs)``, where an input is
+    ``(rel id, shape, strides, offset, dtype name, pending)`` and an output the same
+    without ``pending``; rel ids number storages by first appearance. The cursor
+    (``path[-1]``) is the trie node this prefix of the stream leads to, or None once it
+    fell off (a program never planned). Layouts go in as tuples of ints: hashing them
+    stays in C, which keeps recording cheap.
+
+    While the cursor is on the trie each node is numbered and its entry built as it is
+    recorded: the entry is what takes the next step. Once the cursor fell off, nothing
+    recorded can lead back to a stored plan, so recording does no more work for the
+    plan cache and ``complete`` numbers the rest at the flush, which is a miss anyway
+    (it schedules and compiles, or runs the reference executor): a program braze has not
+    seen pays per op what it did before, a repeated one finds its plan with nothing left
+    for the flush to hash. Everything is kept per node (``marks``, ``path``, the
+    entries' rel ids), so ``truncate``, which ``Stream.atomic`` calls when a composite
+    call fails half-way, restores exactly the state before the nodes it takes back.
+    """
+
+    __slots__ = ("root", "entries", "storages", "key_of", "refs", "produced", "marks", "path")
+
+    def __init__(self) -> None:
+        self.root = _root
+        self.entries: list[tuple[Any, ...]] = []  # numbered nodes, in order
+        self.storages: list[Any] = []  # by rel id
+        self.key_of: dict[int, int] = {}  # id(storage) -> rel id
+        self.refs: list[int] = []  # operand references to each storage from the nodes
+        self.produced: list[int] = []  # rel ids written by pure nodes, ascending
+        self.marks: list[int] = []  # storages known before node i
+        self.path: list[TrieNode | None] = [_root]  # trie node after i nodes, up to the first None
+
+    @classmethod
+    def of(cls, nodes: Sequence[Any]) -> Form:
+        """The form of nodes recorded while no form was kept (fusion was off then)."""
+        form = cls()
+        for node in nodes:
+            form.add(node)
+        form.complete(nodes)
+        return form
+
+    def add(self, node: Any) -> None:
+        """Record ``node``: one step down the trie, or nothing once off it."""
+        path = self.path
+        cur = path[-1]
+        if cur is None:
+            return
+        entry = self._number(node)
+        try:
+            path.append(cur.children.get(entry))
+        except TypeError:  # an attribute braze cannot hash: never stored, never found
+            path.append(None)
+
+    def _number(self, node: Any) -> tuple[Any, ...]:
+        """Number the node's storages, count its operands, append and return its entry.
+        A storage pending or realised when its node is recorded still is at the flush
+        (nothing runs in between), so numbering now or then gives the same entry."""
+        key_of, storages, refs = self.key_of, self.storages, self.refs
+        self.marks.append(len(storages))
+        ins = []
+        for o in node.inputs:
+            st = o.storage
+            k = key_of.get(id(st))
+            if k is None:
+                k = key_of[id(st)] = len(storages)
+                storages.append(st)
+                refs.append(1)
+            else:
+                refs[k] += 1
+            lay = o.layout
+            ins.append((k, lay.shape, lay.strides, lay.offset, st.dtype.name, st.array is None))
+        outs = []
+        pure = not node.op.inplace
+        for o in node.outputs:
+            st = o.storage
+            k = key_of.get(id(st))
+            if k is None:
+                k = key_of[id(st)] = len(storages)
+                storages.append(st)
+                refs.append(1)
+                if pure:
+                    self.produced.append(k)
+            else:
+                refs[k] += 1
+            lay = o.layout
+            outs.append((k, lay.shape, lay.strides, lay.offset, st.dtype.name))
+        attrs = node.attrs
+        entry = (node.op.name, _attrs_key(attrs) if attrs else (), tuple(ins), tuple(outs))
+        self.entries.append(entry)
+        return entry
+
+    def complete(self, nodes: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Every node's entry, numbering those recorded after the cursor fell off."""
+        if len(self.entries) < len(nodes):
+            for node in itertools.islice(nodes, len(self.entries), None):
+                self._number(node)
+        return self.entries
+
+    def truncate(self, n: int) -> None:
+        """Forget every node from the ``n``-th on, as if it had never been recorded."""
+        if n >= len(self.entries):
+            return  # only nodes recorded off the trie, which left no trace
+        mark = self.marks[n]
+        refs = self.refs
+        for entry in self.entries[n:]:
+            for spec in entry[2]:
+                refs[spec[0]] -= 1
+            for spec in entry[3]:
+                refs[spec[0]] -= 1
+        for st in self.storages[mark:]:
+            del self.key_of[id(st)]
+        del self.storages[mark:], refs[mark:], self.entries[n:], self.marks[n:], self.path[n + 1:]
+        produced = self.produced
+        while produced and produced[-1] >= mark:
+            produced.pop()
+
+    def cursor(self) -> TrieNode | None:
+        """The trie node of the whole stream, or None for a program not planned yet."""
+        if self.root is _root:
+            return self.path[-1]
+        node = _root  # the trie was replaced (``clear``) since this stream began: walk it
+        for entry in self.entries:
+            child = node.children.get(entry)
+            if child is None:
+                return None
+            node = child
+        return node
+
+    def live(self) -> frozenset[int]:
+        # While counting, a storage is referenced by the list and by getrefcount's
+        # argument; anything beyond those and the stream's operands is a user's tensor
+        # (or a harmless extra reference, which only makes braze store a value it could
+        # have skipped).
+        storages, refs = self.storages, self.refs
+        live = set()
+        for k in self.produced:
+            if sys.getrefcount(storages[k]) > 2 + refs[k]:
+                live.add(k)
+        return frozenset(live)
+
+
+def _insert(entries: Sequence[tuple[Any, ...]], live: frozenset[int], plan: Plan) -> None:
+    global _count
+    node = _root
+    for entry in entries:
+        child = node.children.get(entry)
+        if child is None:
+            child = node.children[entry] = TrieNode()
+        node = child
+    if node.plans is None:
+        node.plans = {}
+    if live not in node.plans:
+        _count += 1
+    node.plans[live] = plan
+
+
+def stored_plans() -> Iterator[Plan]:
+    """Every plan in the trie (tests, debugging)."""
+    todo = [_root]
+    while todo:
+        node = todo.pop()
+        yield from (node.plans or {}).values()
+        todo.extend(node.children.values())
+
+
 def relative_form(nodes: Sequence[Any]) -> tuple[tuple[Any, ...], list[Any], dict[int, int], list[int]]:
     """The key of a node list, its storages in first-appearance order, the map from
     storage identity to relative id, and how many operand references each has."""
-    storages: list[Any] = []
-    key_of: dict[int, int] = {}
-    refs: list[int] = []
-    form = []
-
-    def rel(st: Any) -> int:
-        k = key_of.get(id(st))
-        if k is None:
-            k = key_of[id(st)] = len(storages)
-            storages.append(st)
-            refs.append(0)
-        refs[k] += 1
-        return k
-
-    for node in nodes:
-        ins = tuple((rel(o.storage), o.layout, o.storage.dtype.name, o.storage.array is None) for o in node.inputs)
-        outs = tuple((rel(o.storage), o.layout, o.storage.dtype.name) for o in node.outputs)
-        form.append((node.op.name, _attrs_key(node.attrs), ins, outs))
-    return tuple(form), storages, key_of, refs
+    form = Form.of(nodes)
+    return tuple(form.entries), form.storages, form.key_of, form.refs
 
 
-def _live(storages: list[Any], refs: list[int], produced: set[int]) -> frozenset[int]:
-    # While counting, a storage is referenced by the list and by getrefcount's argument;
-    # anything beyond those and the stream's operands is a user's tensor (or a harmless
-    # extra reference, which only makes braze store a value it could have skipped).
-    live = set()
-    for k in produced:
-        if sys.getrefcount(storages[k]) > 2 + refs[k]:
-            live.add(k)
-    return frozenset(live)
+# -- building a plan ---------------------------------------------------------------------
 
-
-def _build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int], key: Any) -> Plan:
+def _build(nodes: Sequence[Any], form: Form, live: frozenset[int], key: Any) -> Plan:
     """Schedule (or load the stored schedule of) a stream, then compile its kernels."""
     path = _plan_path(key)
     stored = _load(path) if path is not None else None
-    if stored is None:
-        sched = schedule(nodes, key_of, set(live))
-        stored = (sched.steps, sched.materialized, _releases(sched.steps, nodes, key_of, live))
+    if not (isinstance(stored, tuple) and len(stored) == 5):
+        sched = schedule(nodes, form.key_of, set(live))
+        release, intervals = _lifetimes(sched.steps, nodes, form.key_of, live)
+        offsets, arena_bytes = place(intervals, {k: form.storages[k].numel * form.storages[k].dtype.itemsize
+                                                 for k in intervals})
+        stored = (sched.steps, sched.materialized, release, offsets, arena_bytes)
         if path is not None:
             _save(path, stored)
-    steps, materialized, release = stored
-    return Plan(_compile(steps), materialized, release)
+    steps, materialized, release, offsets, arena_bytes = stored
+    return Plan(_compile(steps), materialized, release, offsets, arena_bytes, _binds(steps, offsets))
 
 
 def _compile(sched_steps: Sequence[Any]) -> list[CompiledKernel | ExternStep]:
@@ -135,6 +316,78 @@ def _compile(sched_steps: Sequence[Any]) -> list[CompiledKernel | ExternStep]:
         for st in kernel_steps:
             compiled[id(st)] = fns[name_of[id(st)]]
     return [CompiledKernel(s, compiled[id(s)]) if isinstance(s, KernelStep) else s for s in sched_steps]
+
+
+def _lifetimes(steps: Sequence[Any], nodes: Sequence[Any], key_of: dict[int, int],
+               live: frozenset[int]) -> tuple[list[list[int]], dict[int, tuple[int, int]]]:
+    """Liveness inside the plan. A buffer the plan produces and Python cannot reach is
+    needed from the first step that touches it (its writer) to the last (a read, or a
+    write into it: a write's target must exist while it is written). Returns, per step,
+    the buffers dead after it, and the interval of each such buffer a kernel writes
+    (those go in the arena; an extern step's result is whatever its reference returns)."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    produced_here: set[int] = set()
+    kernel_out: set[int] = set()
+    for i, st in enumerate(steps):
+        if isinstance(st, KernelStep):
+            touched = list(st.args)  # loads and stores
+            produced_here.update(st.outputs)
+            kernel_out.update(st.outputs)
+        else:
+            node = nodes[st.node]
+            outs = [key_of[id(o.storage)] for o in node.outputs]
+            touched = [key_of[id(o.storage)] for o in node.inputs] + outs
+            if not node.op.inplace:
+                produced_here.update(outs)
+        for k in touched:
+            first.setdefault(k, i)
+            last[k] = i
+    release: list[list[int]] = [[] for _ in steps]
+    for k, i in last.items():
+        if k in produced_here and k not in live:
+            release[i].append(k)
+    intervals = {k: (first[k], last[k]) for k in sorted(kernel_out) if k not in live}
+    return release, intervals
+
+
+ALIGN = memory.ARENA_ALIGN
+
+
+def place(intervals: dict[int, tuple[int, int]], sizes: dict[int, int]) -> tuple[dict[int, int], int]:
+    """Offsets in one arena for buffers with lifetimes ``[first step, last step]``:
+    biggest first, each at the lowest 64-byte-aligned offset that overlaps no placed
+    buffer whose lifetime intersects its own (a step that reads one buffer while it
+    writes another needs both, so the intervals are closed). Returns the offsets and
+    the arena's size. Greedy by size is the usual heuristic (TFLite, XLA): big buffers
+    fragment the arena least when placed first."""
+    offsets: dict[int, int] = {}
+    placed: list[tuple[int, int, int, int]] = []  # offset, end, first, last
+    top = 0
+    for k in sorted(intervals, key=lambda k: (-sizes[k], intervals[k][0], k)):
+        size = -(-sizes[k] // ALIGN) * ALIGN
+        a, b = intervals[k]
+        off = 0
+        for o, e in sorted((o, e) for o, e, s, t in placed if s <= b and a <= t):
+            if off + size <= o:
+                break
+            off = max(off, e)
+        offsets[k] = off
+        placed.append((off, off + size, a, b))
+        top = max(top, off + size)
+    return offsets, top
+
+
+def _binds(steps: Sequence[Any], offsets: dict[int, int]) -> list[list[tuple[int, int]]]:
+    bind: list[list[tuple[int, int]]] = [[] for _ in steps]
+    seen: set[int] = set()
+    for i, st in enumerate(steps):
+        if isinstance(st, KernelStep):
+            for k in st.outputs:
+                if k in offsets and k not in seen:
+                    seen.add(k)
+                    bind[i].append((k, offsets[k]))
+    return bind
 
 
 # -- plans on disk: a new process starts with the schedules of earlier ones ----------------
@@ -188,50 +441,44 @@ def _save(path: Path, stored: Any) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _releases(steps: Sequence[Any], nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int]) -> list[list[int]]:
-    """Liveness inside the plan: the last step that reads each internal buffer."""
-    last: dict[int, int] = {}
-    produced_here: set[int] = set()
-    for i, st in enumerate(steps):
-        if isinstance(st, KernelStep):
-            reads = st.args
-            produced_here.update(st.outputs)
-        else:
-            node = nodes[st.node]
-            reads = [key_of[id(o.storage)] for o in node.inputs]
-            if not node.op.inplace:
-                produced_here.update(key_of[id(o.storage)] for o in node.outputs)
-        for k in reads:
-            last[k] = i
-    out: list[list[int]] = [[] for _ in steps]
-    for k, i in last.items():
-        if k in produced_here and k not in live:
-            out[i].append(k)
-    return out
+# -- running a plan ----------------------------------------------------------------------
+
+_NO_ARENA = np.empty(0, np.uint8)
 
 
 def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
     nthreads = cpu.get_num_threads()
-    for i, step in enumerate(plan.steps):
-        if isinstance(step, ExternStep):
-            try:
-                reference.run_node(nodes[step.node])
-            except Exception:
-                _finish_before(nodes, step.node)
-                raise
+    arena = memory.arena(plan.arena_bytes) if plan.offsets else _NO_ARENA
+    try:
+        for i, step in enumerate(plan.steps):
+            if isinstance(step, ExternStep):
+                try:
+                    reference.run_node(nodes[step.node])
+                except Exception:
+                    _finish_before(nodes, step.node)
+                    raise
+            else:
+                kstep = step.step
+                for k, off in plan.bind[i]:
+                    st = storages[k]
+                    st.array = arena[off:off + st.numel * st.dtype.itemsize].view(st.dtype.np)
+                for k in kstep.outputs:
+                    st = storages[k]
+                    if st.array is None:
+                        st.array = memory.allocate(st.dtype.np, st.numel, "kernel")
+                ptrs = (ctypes.c_void_p * len(kstep.args))(*[storages[k].array.ctypes.data for k in kstep.args])
+                COUNTERS["kernel_launches"] += 1
+                step.fn(ptrs, nthreads)
             for k in plan.release[i]:
                 storages[k].array = None
-            continue
-        kstep = step.step
-        for k in kstep.outputs:
-            st = storages[k]
-            if st.array is None:
-                st.array = memory.allocate(st.dtype.np, st.numel, "kernel")
-        ptrs = (ctypes.c_void_p * len(kstep.args))(*[storages[k].array.ctypes.data for k in kstep.args])
-        COUNTERS["kernel_launches"] += 1
-        step.fn(ptrs, nthreads)
-        for k in plan.release[i]:
+    except BaseException:
+        # No storage may keep a view into the arena: the block goes back to the pool,
+        # and a later plan writes over it. These storages are unreachable from Python
+        # (that is why they are in the arena), so nothing can miss them.
+        for k in plan.offsets:
             storages[k].array = None
+        arena = _NO_ARENA  # nor this frame, which the traceback keeps
+        raise
 
 
 def _finish_before(nodes: Sequence[Any], failed: int) -> None:
@@ -244,31 +491,46 @@ def _finish_before(nodes: Sequence[Any], failed: int) -> None:
             reference.run_node(node)
 
 
+def _refusal(entries: Sequence[tuple[Any, ...]]) -> str:
+    """Why a stream with no stored plan should run on the reference executor rather than
+    be planned, or "" to plan it."""
+    shape_free = tuple((e[0], e[1], tuple(i[0] for i in e[2])) for e in entries)
+    try:
+        seen = _variants[shape_free] = _variants.get(shape_free, 0) + 1
+    except TypeError:
+        return "an op attribute is not hashable (such a stream cannot be stored)"
+    if seen > _shape_variants():
+        return ("the same program keeps arriving with new shapes (decoding with a growing KV cache "
+                "does this); kernels are specialised to shapes, so such a program runs unfused")
+    if _count >= _cap():
+        return f"{_count} different streams seen without repeats (BRAZE_PLAN_CAP)"
+    return ""
+
+
 def execute(nodes: "deque[Any]") -> None:
     """The fused executor: find or build the plan of ``nodes`` and run it."""
-    form, storages, key_of, refs = relative_form(nodes)
-    produced = {key_of[id(o.storage)] for n in nodes if not n.op.inplace for o in n.outputs}
-    live = _live(storages, refs, produced)
-    key = (form, live)
-    plan = _plans.get(key)
+    form = getattr(nodes, "form", None)
+    if isinstance(nodes, NodeQueue):
+        nodes.form = None  # this flush's now: nothing else may keep its storages alive
+    if not isinstance(form, Form):
+        form = Form.of(nodes)  # recorded while fusion was off
+    entries = form.complete(nodes)
+    live = form.live()
+    at = form.cursor()
+    plan = at.plans.get(live) if at is not None and at.plans is not None else None
     unfused = ""  # why this stream runs on the reference executor instead, if it does
     if plan is None:
-        shape_free = tuple((op, attrs, tuple(i[0] for i in ins)) for op, attrs, ins, _ in form)
-        seen = _variants[shape_free] = _variants.get(shape_free, 0) + 1
-        if seen > _shape_variants():
-            unfused = ("the same program keeps arriving with new shapes (decoding with a growing KV cache "
-                       "does this); kernels are specialised to shapes, so such a program runs unfused")
-        elif len(_plans) >= _cap():
-            unfused = f"{len(_plans)} different streams seen without repeats (BRAZE_PLAN_CAP)"
-        else:
+        unfused = _refusal(entries)
+        if not unfused:
             COUNTERS["plan_misses"] += 1
             try:
-                plan = _build(list(nodes), key_of, live, key)
-                _plans[key] = plan
+                plan = _build(list(nodes), form, live, (tuple(entries), live))
             except CompileError as err:
                 # A kernel braze generated does not compile: a bug in braze, not in the
                 # user's program. Run this stream unfused (correct, slower).
                 unfused = f"a generated kernel failed to compile (please report this: {err})"
+            else:
+                _insert(entries, live, plan)
     else:
         COUNTERS["plan_hits"] += 1
     if plan is None:
@@ -276,9 +538,10 @@ def execute(nodes: "deque[Any]") -> None:
         if key_head not in _warned:
             _warned.add(key_head)
             print(f"braze: {unfused}: running it on the reference executor", file=sys.stderr)
-        del storages  # let the reference executor free intermediates as it goes
+        del form  # let the reference executor free intermediates as it goes
         reference.run(nodes)
         return
+    storages = form.storages
     _run(plan, list(nodes), storages)
     nodes.clear()
     for st in storages:
@@ -288,5 +551,7 @@ def execute(nodes: "deque[Any]") -> None:
 
 def clear() -> None:
     """Forget every stored plan (tests)."""
-    _plans.clear()
+    global _root, _count
+    _root = TrieNode()
+    _count = 0
     _variants.clear()

@@ -6,6 +6,11 @@ returns at once. Sync points (``numpy()``, ``item()``, ``tolist()``, printing,
 executor is the reference executor; the fusion compiler plugs in behind
 ``BRAZE_FUSION`` (unset or 1: fused, when built; 0: reference). Nodes run in the order
 they were recorded, which is what orders a write against the reads around it.
+
+For the fused executor the stream also keeps the *relative form* of its nodes as they
+are recorded (``plan.Form``), walking the trie of stored plans node by node, so a flush
+finds its plan without hashing the whole stream again. The reference executor needs no
+form, and with ``BRAZE_FUSION=0`` none is kept.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import os
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 from .layout import Layout
 from .ops.registry import OpDef
@@ -44,6 +49,26 @@ class Node:
         return f"{outs} = {self.op.name}({ins}{attrs})"
 
 
+class Tracker(Protocol):
+    """What a stream keeps beside its nodes for its executor (``plan.Form``)."""
+
+    def add(self, node: Node) -> None: ...
+
+    def truncate(self, n: int) -> None: ...
+
+
+class NodeQueue(deque[Node]):
+    """A stream's queued nodes, and the form its executor keeps of them. The form
+    travels with the queue: a flush hands both to the executor, and a fresh queue
+    starts a fresh form."""
+
+    __slots__ = ("form",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.form: Tracker | None = None
+
+
 Executor = Callable[["deque[Node]"], None]
 
 
@@ -54,10 +79,14 @@ def _default_limit() -> int:
 class Stream:
     """The queue of one device."""
 
-    def __init__(self, executor: Executor, limit: int | None = None) -> None:
-        self.nodes: deque[Node] = deque()
+    def __init__(self, executor: Executor, limit: int | None = None,
+                 tracker: Callable[[], Tracker | None] | None = None) -> None:
+        self.nodes = NodeQueue()
         self.executor = executor
         self.limit = limit if limit is not None else _default_limit()
+        #: makes the form of a new queue, or None when the executor wants none; asked
+        #: at the first node of each queue, so a change of executor takes effect there
+        self.tracker = tracker
 
     def record(self, node: Node) -> None:
         """Append a checked node; producers are marked so reads know to flush."""
@@ -66,7 +95,12 @@ class Stream:
                 out.storage.dirty = True
             else:
                 out.storage.producer = node
-        self.nodes.append(node)
+        nodes = self.nodes
+        if not nodes and self.tracker is not None:
+            nodes.form = self.tracker()
+        if nodes.form is not None:
+            nodes.form.add(node)
+        nodes.append(node)
         COUNTERS["nodes_recorded"] += 1
         if len(self.nodes) >= self.limit:
             self.flush()
@@ -83,12 +117,15 @@ class Stream:
         except BaseException:
             # A flush swaps in a fresh queue: then all of it was recorded by this call.
             keep = before if self.nodes is queue else 0
-            while len(self.nodes) > keep:
-                node = self.nodes.pop()
+            nodes = self.nodes
+            while len(nodes) > keep:
+                node = nodes.pop()
                 COUNTERS["nodes_recorded"] -= 1
                 for out in node.outputs:
                     if out.storage.producer is node:
                         out.storage.producer = None
+            if nodes.form is not None:
+                nodes.form.truncate(keep)  # the form and its trie cursor roll back too
             raise
 
     def flush(self) -> None:
@@ -97,7 +134,7 @@ class Stream:
         read of a lost tensor raises the same error instead of returning garbage."""
         if not self.nodes:
             return
-        nodes, self.nodes = self.nodes, deque()
+        nodes, self.nodes = self.nodes, NodeQueue()
         COUNTERS["flushes"] += 1
         written = [o.storage for n in nodes if n.op.inplace for o in n.outputs]
         try:
@@ -131,14 +168,27 @@ def _execute(nodes: "deque[Node]") -> None:
         from .plan import execute
         execute(nodes)
     else:
+        if isinstance(nodes, NodeQueue):
+            nodes.form = None  # kept while fusion was on: it would keep intermediates alive
         from .runtime.reference import run
         run(nodes)
+
+
+def _form() -> Tracker | None:
+    """The fused executor's form of a new queue; none for the reference executor, so
+    ``BRAZE_FUSION=0`` pays nothing per recorded node for plan matching. Only the
+    variable is read here (the compiler look-up costs more than a short stream's
+    recording): without a compiler a form is kept that the flush then ignores."""
+    if os.environ.get("BRAZE_FUSION", "1").strip() == "0":
+        return None
+    from .plan import Form
+    return Form()
 
 
 def stream(device: str = "cpu") -> Stream:
     s = _streams.get(device)
     if s is None:
-        s = _streams[device] = Stream(_execute)
+        s = _streams[device] = Stream(_execute, tracker=_form)
     return s
 
 

@@ -125,8 +125,8 @@ static inline int64_t braze_mod_i64(int64_t a, int64_t b) {
 """
 
 
-def _cmath() -> str:
-    return resources.files("braze.codegen").joinpath("cmath.h").read_text()
+def _header(name: str) -> str:
+    return resources.files("braze.codegen").joinpath(name).read_text()
 
 
 def _const(value: Any, d: DType) -> str:
@@ -191,13 +191,17 @@ class Renderer:
             return f"(({vtype(e.dtype)}){self.coords[e.dim]})"
         if isinstance(e, ir.Acc):
             return self.acc.format(e.stage)
+        if isinstance(e, ir.Var):
+            return self.memo.get(e, e.name)
         name = self.memo.get(e) or self.hoisted.get(e)
         if name is not None:
             return name
         if isinstance(e, ir.Load):
             text = self.load(e.arg, e.index, e.dtype, e.when)
-        else:
+        elif isinstance(e, ir.Op):
             text = self.op(e)
+        else:  # a Dot is rendered by the chain kernel, which names its tile value
+            raise AssertionError(f"no C for {type(e).__name__} outside a chain kernel")
         name = f"{self.prefix}{len(self.memo)}"
         self.memo[e] = name
         self.stmts.append(f"const {vtype(e.dtype)} {name} = {text};")
@@ -392,11 +396,10 @@ def _hoist(k: ir.Kernel, lines: list[str]) -> dict[ir.Expr, str]:
     and redo every division by it per element (custom-erf GELU: 63 -> 50 ms)."""
     out: dict[ir.Expr, str] = {}
     r = Renderer([])
-    for s in k.stages:
-        for n in ir.walk(s.expr):
-            if isinstance(n, ir.Load) and not any(n.index.coeffs) and not n.when and n not in out:
-                out[n] = f"s{len(out)}"
-                lines.append(f"    const {vtype(n.dtype)} {out[n]} = {r.load(n.arg, n.index, n.dtype)};")
+    for n in (n for s in k.stages for e in ir.stage_exprs(s) for n in ir.walk(e)):
+        if isinstance(n, ir.Load) and not any(n.index.coeffs) and not n.when and n not in out:
+            out[n] = f"s{len(out)}"
+            lines.append(f"    const {vtype(n.dtype)} {out[n]} = {r.load(n.arg, n.index, n.dtype)};")
     return out
 
 
@@ -413,6 +416,9 @@ def kernel_source(k: ir.Kernel, name: str) -> str:
     if rows == 0:  # no row to compute (and a size-0 dim must not reach a % 0)
         return "\n".join(lines + ["    (void)nthreads;", "}"])
     hoisted = _hoist(k, lines) if row_len else {}
+    from .chain import chain_source, is_chain  # chain.py builds on this module's renderer
+    if is_chain(k):
+        return chain_source(k, lines, hoisted)
     if _column_reduction(k):
         return _column_source(k, lines, hoisted)
     total = rows * max(row_len, 1)
@@ -480,4 +486,5 @@ def kernel_source(k: ir.Kernel, name: str) -> str:
 
 def module_source(kernel_sources: list[str]) -> str:
     """One C translation unit holding the given kernels' sources."""
-    return "\n".join([_cmath(), PRELUDE] + kernel_sources) + "\n"
+    return "\n".join([_header("cmath.h"), _header("tile.h"), PRELUDE] + kernel_sources) + "\n"
+

@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import dtypes as dt
 from ..errors import RankMismatch, ShapeMismatch
+from ..layout import broadcast_shapes
 from ..tensor import (
     Tensor,
     arange,
@@ -99,14 +100,24 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
         raise ShapeMismatch("scaled_dot_product_attention", [query.shape, key.shape, value.shape],
                             "q and k need the same head dim, k and v the same length")
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    groups = 1
     if enable_gqa and query.ndim >= 3 and key.ndim >= 3 and key.shape[-3] != query.shape[-3]:
         hq, hk = query.shape[-3], key.shape[-3]
         if hq % hk:
             raise ShapeMismatch("scaled_dot_product_attention", [query.shape, key.shape],
                                 f"{hq} query heads are not a multiple of {hk} kv heads")
-        key = repeat_kv(key, hq // hk)
-        value = repeat_kv(value, hq // hk)
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+        # Each KV head serves a group of query heads: split the query heads into
+        # (kv heads, group) and let matmul broadcast k and v over the group. Views only,
+        # so a fused kernel reads each KV head where it is (no repeat_kv copy).
+        groups = hq // hk
+        lead = query.shape[:-3]
+        query = query.reshape(*lead, hk, groups, *query.shape[-2:])
+        key, value = key.unsqueeze(-3), value.unsqueeze(-3)
+        if attn_mask is not None:
+            full = broadcast_shapes("scaled_dot_product_attention", attn_mask.shape,
+                                    (*lead, hq, query.shape[-2], key.shape[-2]))
+            attn_mask = attn_mask.expand(*full).reshape(*full[:-3], hk, groups, *full[-2:])
     scores = (query @ key.mT) * scale
     if is_causal:
         scores = scores.masked_fill(causal_mask(query.shape[-2], key.shape[-2], 0).logical_not(), -math.inf)
@@ -115,6 +126,9 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
             scores = where(attn_mask, scores, -math.inf)
         else:
             scores = scores + attn_mask
-    return softmax(scores, -1) @ value
+    out = softmax(scores, -1) @ value
+    if groups > 1:
+        out = out.reshape(*out.shape[:-4], out.shape[-4] * groups, *out.shape[-2:])
+    return out
 
 

@@ -151,12 +151,18 @@ def _full(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr:
 
 
 def _arange(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | None:
+    c = attrs["coords"][0]
+    return None if c is None else arange_value(attrs, out, ir.Coord(c, dt.int64))
+
+
+def arange_value(attrs: dict[str, Any], out: DType, i: ir.Expr) -> ir.Expr | None:
+    """``start + step * i`` computed as the reference does (int64 for integer results,
+    float64 for float ones), for an int64 index expression ``i``."""
     if not out.is_integer and out is not dt.float32 and out is not dt.float64:
         return None
-    # start + step * i, computed as the reference does (int64 for ints, float64 for floats)
     wide = dt.int64 if out.is_integer else dt.float64
-    i = ir.Op("cast", (ir.Coord(0, dt.int64),), wide)
-    v = ir.Op("add", (ir.Const(attrs["start"], wide), ir.Op("mul", (ir.Const(attrs["step"], wide), i), wide)), wide)
+    v = ir.Op("add", (ir.Const(attrs["start"], wide),
+                      ir.Op("mul", (ir.Const(attrs["step"], wide), ir.Op("cast", (i,), wide)), wide)), wide)
     return ir.Op("cast", (v,), out)
 
 

@@ -121,7 +121,6 @@ def pool_clear() -> None:
 def allocate(dtype: np.dtype, numel: int, op: str | None = None) -> np.ndarray:
     """A flat array of ``numel`` elements, uninitialised: from the pool when a free
     block of its size class exists (``pool_hits``), else fresh (``allocations``)."""
-    global _pooled_bytes
     dtype = np.dtype(dtype)
     nbytes = numel * dtype.itemsize
     check(nbytes, op)
@@ -130,6 +129,43 @@ def allocate(dtype: np.dtype, numel: int, op: str | None = None) -> np.ndarray:
             return adopt(np.empty(numel, dtype=dtype))
         except MemoryError:
             raise OutOfMemory(nbytes, available(), "cpu", op=op) from None
+    view = _block(nbytes, op)[:nbytes].view(dtype)
+    _track(view, nbytes)
+    return view
+
+
+#: a plan's arena starts on a cache line (and the widest vector load); the planner
+#: places its buffers at multiples of this, so each of them does too
+ARENA_ALIGN = 64
+
+
+def arena(nbytes: int) -> np.ndarray:
+    """The bytes of one plan run's arena (its internal buffers at planned offsets): one
+    block, from the pool like any buffer, aligned to ``ARENA_ALIGN``. The block goes
+    back to the pool when the returned array and every view of it are gone."""
+    check(nbytes, "arena")
+    size = nbytes + ARENA_ALIGN - 1
+    if size < _POOL_MIN:
+        try:
+            base = np.empty(size, dtype=np.uint8)
+        except MemoryError:
+            raise OutOfMemory(nbytes, available(), "cpu", op="arena") from None
+        COUNTERS["allocations"] += 1
+        COUNTERS["bytes_allocated"] += size
+    else:
+        base = _block(size, "arena")
+    shift = -base.ctypes.data % ARENA_ALIGN
+    # Slicing gives a view whose base is the block itself (numpy collapses view chains),
+    # so the pool's reference count sees every view of the arena; the accounting is on
+    # this view, which lives as long as the run holds the arena.
+    view = base[shift:shift + nbytes]
+    _track(view, nbytes)
+    return view
+
+
+def _block(nbytes: int, op: str | None) -> np.ndarray:
+    """A free pool block for ``nbytes`` (``pool_hits``), else a fresh one (``allocations``)."""
+    global _pooled_bytes
     size = _size_class(nbytes)
     block = _take(size)
     if block is None:
@@ -144,9 +180,7 @@ def allocate(dtype: np.dtype, numel: int, op: str | None = None) -> np.ndarray:
         _pooled_bytes += size
     else:
         COUNTERS["pool_hits"] += 1
-    view = block[:nbytes].view(dtype)
-    _track(view, nbytes)
-    return view
+    return block
 
 
 def _track(array: np.ndarray, nbytes: int) -> None:

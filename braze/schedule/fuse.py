@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import prod
 from typing import Any, Sequence
 
@@ -32,6 +32,8 @@ from .. import dtypes as dt
 from .. import ir
 from ..layout import Layout, Shape
 from ..ops.lowering import REDUCTIONS, ReduceSpec
+from . import recompute
+from . import chain
 
 Key = int  # a storage's relative id within the flushed stream
 ROW_MIN = 1024
@@ -75,6 +77,7 @@ class Group:
     loads: dict[Key, int] = field(default_factory=dict)  # storage -> kernel argument
     deps: set[int] = field(default_factory=set)
     slices: list[tuple[Key, ir.Affine, ir.Expr]] = field(default_factory=list)  # cat: writes into slices
+    contract: tuple[Key, ir.Contract] | None = None  # a chain kernel's second matmul
 
     @property
     def ndim(self) -> int:
@@ -121,12 +124,15 @@ class Scheduler:
         self.materialized: set[Key] = set()
         self.readers: dict[Key, set[int]] = {}
         self.dtypes: dict[Key, dt.DType] = {}
+        self.claimed: dict[int, chain.Chain] = {}  # node -> the chain that absorbs it
         for i, node in enumerate(nodes):
             # A write's target counts as read: the write needs the storage to exist.
             for o in list(node.inputs) + (list(node.outputs) if node.op.inplace else []):
                 self.readers.setdefault(self.key(o.storage), set()).add(i)
             for o in list(node.inputs) + list(node.outputs):
                 self.dtypes[self.key(o.storage)] = o.storage.dtype
+
+        self.created = recompute.find(nodes, self.key)
 
     def key(self, storage: Any) -> Key:
         return self.key_of[id(storage)]
@@ -135,6 +141,12 @@ class Scheduler:
     def run(self) -> Schedule:
         for i, node in enumerate(self.nodes):
             lower = node.op.lower
+            if i in self.claimed:
+                if self.claimed[i].last == i:
+                    self.chain_end(self.claimed[i])
+                continue
+            if node.op.name == "matmul" and self.chain_start(i, node):
+                continue
             if node.op.name == "cat" and self.cat(i, node):
                 continue
             if node.op.inplace or lower is None:
@@ -181,6 +193,29 @@ class Scheduler:
             if g in self.open:
                 self.close(g)
         return True
+
+    def chain_start(self, i: int, node: Any) -> bool:
+        """A matmul whose result only feeds row work and a second matmul: claim the
+        nodes in between; the kernel is built at the second matmul (``chain.py``)."""
+        found = chain.find(self, i)
+        if isinstance(found, str):
+            refuse(node, f"not a fused chain: {found}")
+            return False
+        for n in [found.first, *found.members, found.last]:
+            self.claimed[n] = found
+        return True
+
+    def chain_end(self, c: "chain.Chain") -> None:
+        reason = chain.build(self, c)
+        if not reason:
+            return
+        refuse(self.nodes[c.first], f"not a fused chain: {reason}")
+        # Schedule the claimed nodes as usual, in order, now that all their inputs exist.
+        for n in [c.first, *c.members, c.last]:
+            del self.claimed[n]
+            node = self.nodes[n]
+            if node.op.lower is None or not self.place(n, node):
+                self.extern(n, node)
 
     def extern(self, i: int, node: Any) -> None:
         if node.op.inplace:
@@ -297,11 +332,28 @@ class Scheduler:
         self.open.append(g)
         return g
 
-    def operand(self, g: Group, o: Any, dim_map: Sequence[int | None]) -> ir.Expr:
+    def operand(self, g: Group, o: Any, dim_map: Sequence[int | None], reader: int) -> ir.Expr:
         k = self.key(o.storage)
         v = g.values.get(k)
         if v is not None:
             return v.expr
+        made = self.created.get(k)
+        if made is None or self.nodes[reader].op.name in ("cat", "pad"):  # they shift and guard loads
+            return self.load(g, o, dim_map, g.ndim)
+        # A value of the index alone (a causal mask from two aranges): recomputed where
+        # it is read, so it never needs a buffer or a kernel of its own.
+        expr = made(affine(o.layout, dim_map, g.ndim), lambda st, index: self.load_at(g, st, index))
+        if expr is None:
+            return self.load(g, o, dim_map, g.ndim)
+        self.readers[k].discard(reader)
+        return expr
+
+    def load(self, g: Group, o: Any, dim_map: Sequence[int | None], ndim: int) -> ir.Load:
+        """Read a storage from memory in group ``g`` (its producer's kernel runs first)."""
+        return self.load_at(g, o.storage, affine(o.layout, dim_map, ndim))
+
+    def load_at(self, g: Group, storage: Any, index: ir.Affine) -> ir.Load:
+        k = self.key(storage)
         src = self.producer.get(k)
         if src is not None and src is not g:
             if src in self.open:
@@ -309,13 +361,13 @@ class Scheduler:
             g.deps.add(src.gid)
         self.materialized.add(k)
         arg = g.loads.setdefault(k, len(g.loads))
-        return ir.Load(arg, affine(o.layout, dim_map, g.ndim), o.storage.dtype)
+        return ir.Load(arg, index, storage.dtype)
 
     def add(self, g: Group, i: int, node: Any) -> bool:
         sp = self.space(g, node)
         assert sp is not None
         kind, dim_map = sp
-        args = [self.operand(g, o, dim_map) for o in node.inputs]
+        args = [self.operand(g, o, dim_map, i) for o in node.inputs]
         out = node.outputs[0]
         ctx = {**node.attrs, "coords": dim_map, "in_shapes": [o.layout.shape for o in node.inputs]}
         result = node.op.lower(args, ctx, out.storage.dtype)
@@ -384,6 +436,11 @@ class Scheduler:
             if k not in outputs:
                 outputs.append(k)
             stages.append(ir.Store(arg, index, expr))
+        if g.contract is not None:
+            k, st = g.contract
+            arg = args.setdefault(k, len(args))
+            outputs.append(k)
+            stages.append(replace(st, arg=arg))
         if not outputs:
             return
         order = sorted(args, key=lambda k: args[k])

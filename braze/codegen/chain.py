@@ -1,0 +1,445 @@
+"""C for chain kernels (``schedule/chain.py``): matmul, row work, matmul in one kernel.
+
+The kernel runs over tasks = (batch coordinates) x (blocks of ``BQ`` rows), in parallel.
+A task keeps, per row, the running value of every reduction and a vector accumulator
+for the contraction, and walks the row axis in tiles of ``BK``:
+
+1. pack the tile of ``B`` (the first matmul's right operand) and of ``V`` into
+   contiguous scratch, and compute the scores tile ``S = A_rows @ B_tile`` with
+   ``braze_mm`` (``tile.h``);
+2. for each row, fold each reduction over the tile, evaluated with the *new* values of
+   the reductions before it, and combine it with the repaired old partial
+   (``Reduce.repair``: ``h(t, old, new)``); then the contraction's weights, and the
+   contraction accumulator row repaired the same way (``Contract.repair``);
+3. accumulate ``weights @ V_tile`` into the contraction rows.
+
+A running max/min is replaced by 0 in the repair terms and element values while it is
+still infinite (a masked prefix: ``exp(-inf - -inf)`` would be nan); ``h`` is an
+identity for any value used consistently, so this changes nothing once it is finite.
+A row whose producer reductions end non-finite (every score masked, an inf or a nan
+score) is recomputed without repairs, one pass per level of reductions, so its result
+is the reference's bit for bit in meaning (nan where the reference has nan).
+
+The epilogue writes ``post(sum)`` for each row (softmax's division by the sum).
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from .. import dtypes as dt
+from .. import ir
+from .c import Renderer, _reduce_init, _reduce_update, _passes
+
+BQ = 48  # rows per task (a multiple of the GEMM tile's 6): each packed B and V tile serves them all
+BK = 96  # row-axis tile: scores, weights and packed tiles are BQ x BK / BK x D / BK x E
+
+
+def is_chain(k: ir.Kernel) -> bool:
+    return any(isinstance(s, ir.Contract) for s in k.stages)
+
+
+def _the_dot(k: ir.Kernel) -> ir.Dot:
+    dots = {n for s in k.stages for e in ir.stage_exprs(s) for n in ir.walk(e) if isinstance(n, ir.Dot)}
+    assert len(dots) == 1, "a chain kernel has one first matmul"
+    return dots.pop()
+
+
+def _safe(op: str, name: str) -> str:
+    """A running max/min as the repair terms see it: 0 while it is still infinite."""
+    if op == "amax":
+        return f"({name} == -INFINITY ? 0.0f : {name})"
+    if op == "amin":
+        return f"({name} == INFINITY ? 0.0f : {name})"
+    return name
+
+
+def _score_node(k: ir.Kernel, dot: ir.Dot) -> ir.Expr | None:
+    """The one expression of the scores every reduction and the weight read (the
+    largest part of them built on the Dot without the running values), if there is one."""
+    found: set[ir.Expr] = set()
+
+    def visit(e: ir.Expr) -> None:
+        nodes = list(ir.walk(e))
+        if dot not in nodes:
+            return
+        if not any(isinstance(n, ir.Acc) for n in nodes):
+            found.add(e)
+        elif isinstance(e, ir.Op):
+            for x in e.args:
+                visit(x)
+    for st in k.stages:
+        for x in ir.stage_exprs(st):
+            visit(x)
+    return found.pop() if len(found) == 1 else None
+
+
+def _skip_rule(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr, ir.Expr, bool, ir.Expr] | None:
+    """(score node, mask condition, which branch is the fill, the fill) when the scores
+    are ``where(c, s, fill)`` or ``where(c, fill, s)`` with ``c`` and ``fill`` free of
+    the Dot and ``fill`` constant along the row: a tile where every element takes the
+    fill can skip its matmuls if the fill is an identity for every reduction (checked
+    at run time, per row: a -inf fill is, for max and for sums of exp)."""
+    x = _score_node(k, dot)
+    if not isinstance(x, ir.Op) or x.name != "where":
+        return None
+    c, a, b = x.args
+    uses_dot = [dot in set(ir.walk(t)) for t in (c, a, b)]
+    if uses_dot[0] or uses_dot[1] == uses_dot[2]:
+        return None
+    fill = b if uses_dot[1] else a
+    if ir.uses_inner(fill, n_outer):
+        return None
+    return x, c, uses_dot[1], fill
+
+
+def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) -> str:
+    n_outer = len(k.outer)
+    n = k.inner[0]
+    dot = _the_dot(k)
+    d = dot.length
+    contract = next(s for s in k.stages if isinstance(s, ir.Contract))
+    e = contract.size
+    # Rows of one task: the last outer dim, and the dims before it that the key and
+    # value tiles do not depend on (query heads sharing a KV head), so each packed tile
+    # serves all of them.
+    nr = 1
+    while nr < n_outer and not dot.b.index.coeffs[n_outer - 1 - nr] and not contract.v.index.coeffs[n_outer - 1 - nr]:
+        nr += 1
+    row_dims = list(range(n_outer - nr, n_outer))
+    rows_per_batch = prod(k.outer[n_outer - nr:])
+    n_batch = prod(k.outer[:n_outer - nr])
+    reduces = [i for i, s in enumerate(k.stages) if isinstance(s, ir.Reduce)]
+    producers = sorted({a.stage for s in k.stages for x in ir.stage_exprs(s) for a in ir.walk(x)
+                        if isinstance(a, ir.Acc)})
+    coords = [f"o{i}" for i in range(n_outer)] + ["i0"]
+    dcoords = coords + ["dd"]
+    blocks = -(-rows_per_batch // BQ)
+    tasks = n_batch * blocks
+    ntiles = -(-n // BK)
+    skip = _skip_rule(k, dot, n_outer)
+    n_part = BQ * (2 * len(reduces) + e)  # a split's partial results for one block
+
+    names = iter(range(1 << 30))
+
+    def R(acc: str = "acc{}[ii]") -> Renderer:
+        """A renderer whose temporaries do not clash with any other's in the kernel."""
+        return Renderer(coords, prefix=f"t{next(names)}_", acc=acc, n_outer=n_outer, hoisted=hoisted)
+
+    def load(x: ir.Load) -> str:
+        return Renderer(dcoords, hoisted=hoisted).load(x.arg, x.index, x.dtype)
+
+    def row_coords(ind: str) -> list[str]:
+        """The row coordinates of row ``ii`` of the block."""
+        res = [f"{ind}const int64_t r_ = q0 + ii; (void)r_;"]
+        rest = "r_"
+        for i in reversed(row_dims):
+            res.append(f"{ind}const int64_t o{i} = {rest} % {k.outer[i]};")
+            rest = f"({rest} / {k.outer[i]})"
+        return res
+
+    def task_setup(ind: str, task: str) -> list[str]:
+        res = [f"{ind}const int64_t q0 = ({task} % {blocks}) * {BQ};",
+               f"{ind}const int64_t nq = {rows_per_batch} - q0 < {BQ} ? {rows_per_batch} - q0 : {BQ};"]
+        rest = f"({task} / {blocks})"
+        for i in range(n_outer - nr - 1, -1, -1):
+            res.append(f"{ind}const int64_t o{i} = {rest} % {k.outer[i]};")
+            rest = f"({rest} / {k.outer[i]})"
+        res.append(f"{ind}float qt[{BQ} * {d}], kt[{d} * {BK}], st[{BQ} * {BK}], wt[{BQ} * {BK}], "
+                   f"vt[{BK} * {e}], ot[{BQ} * {e}];")
+        for i in reduces:
+            res.append(f"{ind}float acc{i}[{BQ}]; int nan{i}[{BQ}];")
+        res.append(f"{ind}for (int64_t ii = 0; ii < nq; ii++) {{")  # the rows of A, once per task
+        res += row_coords(ind + "    ")
+        res.append(f"{ind}    const int64_t i0 = 0; (void)i0;")
+        res.append(f"{ind}    for (int64_t dd = 0; dd < {d}; dd++) qt[ii * {d} + dd] = {load(dot.a)};")
+        res.append(f"{ind}}}")
+        return res
+
+    def skip_check() -> list[str]:
+        """``continue`` past a tile whose every score is the fill, if the fill adds
+        nothing to any reduction (identity) or to the weights (0) for every row."""
+        if skip is None:
+            return []
+        x, c, fill_is_false, fill = skip
+        r = R()
+        cond = r.expr(c)
+        fill_when = f"!({cond})" if fill_is_false else f"({cond})"
+        res = ["    int skip = 1;",
+               "    for (int64_t ii = 0; ii < nq && skip; ii++) {"]
+        res += row_coords("        ")
+        res += ["        for (int64_t jj = 0; jj < nk; jj++) {",
+                "            const int64_t i0 = j0 + jj;"]
+        res += ["            " + t for t in r.take()]
+        res += [f"            if (!{fill_when}) {{ skip = 0; break; }}", "        }", "    }",
+                "    for (int64_t ii = 0; ii < nq && skip; ii++) {"]
+        res += row_coords("        ")
+        res.append("        const int64_t i0 = j0; (void)i0;")
+        for p in producers:
+            res.append(f"        const float os{p} = {_safe(k.stages[p].op, f'acc{p}[ii]')};")  # type: ignore[union-attr]
+        rr = R("os{}")
+        rr.memo[x] = rr.expr(fill)
+        checks = []
+        for i in reduces:
+            s = k.stages[i]
+            assert isinstance(s, ir.Reduce)
+            v = rr.expr(s.expr)
+            checks.append(f"{v} != {_reduce_init(s.op, s.dtype)}")
+        checks.append(f"{rr.expr(contract.weight)} != 0.0f")
+        res += ["        " + t for t in rr.take()]
+        res.append(f"        if ({' || '.join(checks)}) skip = 0;")
+        res += ["    }", "    if (skip) continue;"]
+        return res
+
+    def pack_k(dst: str) -> list[str]:
+        """The key tile at ``j0``, transposed to ``[d][j]`` (zero past the row's end)."""
+        return [f"for (int64_t jj = 0; jj < {BK}; jj++) {{",  # rows of B^T are contiguous: read along them
+                "    const int64_t i0 = j0 + jj;",
+                f"    if (jj < nk) for (int64_t dd = 0; dd < {d}; dd++) {dst}[dd * {BK} + jj] = {load(dot.b)};",
+                f"    else for (int64_t dd = 0; dd < {d}; dd++) {dst}[dd * {BK} + jj] = 0.0f;",
+                "}"]
+
+    def pack_v(dst: str) -> list[str]:
+        return ["for (int64_t jj = 0; jj < nk; jj++) {",
+                "    const int64_t i0 = j0 + jj;",
+                f"    for (int64_t dd = 0; dd < {e}; dd++) {dst}[jj * {e} + dd] = {load(contract.v)};",
+                "}"]
+
+    def sweep(stage_ids: list[int], rolling: bool, with_contract: bool, ind: str,
+              lo: str = "0", hi: str = str(n)) -> list[str]:
+        """One walk over the row axis folding ``stage_ids`` (and the contraction)."""
+        body = [f"for (int64_t j0 = {lo}; j0 < {hi}; j0 += {BK}) {{",
+                f"    const int64_t nk = {hi} - j0 < {BK} ? {hi} - j0 : {BK};"]
+        if rolling and with_contract:
+            body += skip_check()
+        body += [f"    const int64_t tile = (task / {blocks}) * {ntiles} + j0 / {BK};",
+                 f"    const float *ktp = kpack ? kpack + tile * {d * BK} : kt;",
+                 f"    const float *vtp = kpack ? vpack + tile * {BK * e} : vt;",
+                 "    if (!kpack) {"]
+        body += ["        " + t for t in pack_k("kt")]
+        if with_contract:
+            body += ["        " + t for t in pack_v("vt")]
+        body += ["    }",
+                 f"    braze_mm(nq, {BK}, {d}, qt, {d}, ktp, {BK}, st, {BK}, 0);"]
+        body += ["    for (int64_t ii = 0; ii < nq; ii++) {"]
+        body += row_coords("        ")
+        acc = "ns{}" if rolling else "acc{}[ii]"
+        if rolling:
+            for p in producers:
+                body.append(f"        const float os{p} = {_safe(k.stages[p].op, f'acc{p}[ii]')};")  # type: ignore[union-attr]
+        # One loop over the tile per level of reductions (those of a level do not read
+        # each other); the contraction's weights join the loop of the level after their
+        # producers, so a value both need (softmax's exp) is computed once per element.
+        level_of = {i: lv for lv, ids in enumerate(_passes(k)) for i in ids}
+        w_level = 1 + max((level_of[a.stage] for a in ir.walk(contract.weight) if isinstance(a, ir.Acc)), default=-1)
+        loops = [[i for i in stage_ids if level_of[i] == lv] for lv in sorted({level_of[i] for i in stage_ids})]
+        weight_in = next((n for n, ids in enumerate(loops) if level_of[ids[0]] == w_level), None) \
+            if with_contract else None
+        if with_contract and weight_in is None:
+            loops.append([])
+            weight_in = len(loops) - 1
+        for n_loop, ids in enumerate(loops):
+            r = R(acc)
+            r.memo[dot] = "sv"
+            xs = {i: r.expr(k.stages[i].expr) for i in ids}  # type: ignore[union-attr]
+            w = r.expr(contract.weight) if n_loop == weight_in else None
+            fold = r.take()
+            clauses = ""
+            for i in ids:
+                s = k.stages[i]
+                assert isinstance(s, ir.Reduce)
+                body.append(f"        float red{i} = {_reduce_init(s.op, s.dtype)}; int rnan{i} = 0;")
+                if s.op in ("amax", "amin", "sum"):
+                    clauses += f" reduction({'max' if s.op == 'amax' else 'min' if s.op == 'amin' else '+'}:red{i})"
+                clauses += f" reduction(|:rnan{i})"
+            body.append(f"        #pragma omp simd{clauses}")
+            body.append("        for (int64_t jj = 0; jj < nk; jj++) {")
+            body.append(f"            const int64_t i0 = j0 + jj; const float sv = st[ii * {BK} + jj]; (void)i0; (void)sv;")
+            body += ["            " + t for t in fold]
+            for i in ids:
+                s = k.stages[i]
+                assert isinstance(s, ir.Reduce)
+                if s.op in ("amax", "amin"):
+                    body.append(f"            rnan{i} |= ({xs[i]} != {xs[i]});")
+                body.append("            " + _reduce_update(s.op, f"red{i}", xs[i], s.dtype))
+            if w is not None:
+                body.append(f"            wt[ii * {BK} + jj] = {w};")
+            body.append("        }")
+            for i in ids:
+                s = k.stages[i]
+                assert isinstance(s, ir.Reduce)
+                body.append(f"        nan{i}[ii] |= rnan{i};")
+                old = f"acc{i}[ii]"
+                if rolling and s.repair is not None:
+                    rr = R(acc)
+                    rr.memo[ir.Var("t", s.dtype)] = old
+                    h = rr.expr(s.repair)
+                    body += ["        " + t for t in rr.take()]
+                    old = h
+                body.append("        { const float t = " + old + "; float u = t; "
+                            + _reduce_update(s.op, "u", f"red{i}", s.dtype) + f" acc{i}[ii] = u; }}")
+                if rolling:
+                    body.append(f"        const float ns{i} = {_safe(s.op, f'acc{i}[ii]')};")
+        if with_contract:
+            if rolling and contract.repair is not None:
+                rr = R(acc)
+                rr.memo[ir.Var("t", contract.repair.dtype)] = "tv"
+                h = rr.expr(contract.repair)
+                pre = rr.take()
+                body.append("        #pragma omp simd")
+                body.append(f"        for (int64_t dd = 0; dd < {e}; dd++) {{")
+                body.append(f"            const float tv = ot[ii * {e} + dd];")
+                body += ["            " + t for t in pre]
+                body.append(f"            ot[ii * {e} + dd] = {h};")
+                body.append("        }")
+        body.append("    }")
+        if with_contract:
+            body.append(f"    braze_mm(nq, {e}, nk, wt, {BK}, vtp, {e}, ot, {e}, 1);")
+        body.append("}")
+        return [ind + t for t in body]
+
+    def init(ind: str) -> list[str]:
+        res = [f"{ind}for (int64_t ii = 0; ii < nq; ii++) {{"]
+        for i in reduces:
+            s = k.stages[i]
+            assert isinstance(s, ir.Reduce)
+            res.append(f"{ind}    acc{i}[ii] = {_reduce_init(s.op, s.dtype)}; nan{i}[ii] = 0;")
+        res.append(f"{ind}}}")
+        res.append(f"{ind}for (int64_t x = 0; x < nq * {e}; x++) ot[x] = 0.0f;")
+        return res
+
+    def finish(ind: str) -> list[str]:
+        """Rows whose producers ended non-finite are redone without repairs (one pass
+        per level of reductions); then the epilogue writes post(sum) per row."""
+        res = []
+        checks = " || ".join(f"nan{p}[ii] || !isfinite(acc{p}[ii])" for p in producers) or "0"
+        res.append(f"{ind}int redo = 0;")
+        res.append(f"{ind}for (int64_t ii = 0; ii < nq; ii++) redo |= {checks};")
+        res.append(f"{ind}if (redo) {{")
+        res += init(ind + "    ")
+        for stage_ids in _passes(k):
+            res += sweep(stage_ids, False, False, ind + "    ")
+            for i in stage_ids:
+                res.append(f"{ind}    for (int64_t ii = 0; ii < nq; ii++) if (nan{i}[ii]) acc{i}[ii] = NAN;")
+        res += sweep([], False, True, ind + "    ")
+        res.append(f"{ind}}} else {{")
+        for i in reduces:
+            if k.stages[i].op in ("amax", "amin"):  # type: ignore[union-attr]
+                res.append(f"{ind}    for (int64_t ii = 0; ii < nq; ii++) if (nan{i}[ii]) acc{i}[ii] = NAN;")
+        res.append(f"{ind}}}")
+        res.append(f"{ind}for (int64_t ii = 0; ii < nq; ii++) {{")
+        res += row_coords(ind + "    ")
+        res.append(f"{ind}    #pragma omp simd")
+        res.append(f"{ind}    for (int64_t dd = 0; dd < {e}; dd++) {{")
+        res.append(f"{ind}        const int64_t i0 = 0; (void)i0; const float cv = ot[ii * {e} + dd];")
+        r = Renderer(dcoords, prefix=f"p{next(names)}_", acc="acc{}[ii]", n_outer=n_outer, hoisted=hoisted)
+        r.memo[ir.Var("c", contract.post.dtype)] = "cv"
+        value = r.expr(contract.post)
+        res += [f"{ind}        " + t for t in r.take()]
+        res.append(f"{ind}        a{contract.arg}[{r.index(contract.index)}] = {value};")
+        res.append(f"{ind}    }}")
+        res.append(f"{ind}}}")
+        return res
+
+    def save_part(ind: str) -> list[str]:
+        res = [f"{ind}float *part = parts + (int64_t)t * {n_part};"]
+        for n_i, i in enumerate(reduces):
+            res.append(f"{ind}for (int64_t ii = 0; ii < nq; ii++) {{ part[{2 * n_i * BQ} + ii] = acc{i}[ii]; "
+                       f"part[{(2 * n_i + 1) * BQ} + ii] = (float)nan{i}[ii]; }}")
+        res.append(f"{ind}for (int64_t x = 0; x < nq * {e}; x++) part[{2 * len(reduces) * BQ} + x] = ot[x];")
+        return res
+
+    def combine(ind: str) -> list[str]:
+        """Split-K's combine: fold the splits' partials in order, each repaired from its
+        own running values to the final ones (Neptune 4.3)."""
+        res = init(ind)
+        res.append(f"{ind}for (int64_t ii = 0; ii < nq; ii++) {{")
+        for n_i, i in enumerate(reduces):
+            s = k.stages[i]
+            assert isinstance(s, ir.Reduce)
+            res.append(f"{ind}    for (int64_t sp = 0; sp < splits; sp++) {{")
+            res.append(f"{ind}        const float *part = parts + (task * splits + sp) * {n_part};")
+            for p in producers:
+                m = reduces.index(p)
+                res.append(f"{ind}        const float os{p} = {_safe(k.stages[p].op, f'part[{2 * m * BQ} + ii]')};")  # type: ignore[union-attr]
+            t = f"part[{2 * n_i * BQ} + ii]"
+            if s.repair is not None:
+                rr = R("ns{}")
+                rr.memo[ir.Var("t", s.dtype)] = t
+                t = rr.expr(s.repair)
+                res += [f"{ind}        " + x for x in rr.take()]
+            res.append(f"{ind}        {{ float u = acc{i}[ii]; " + _reduce_update(s.op, "u", t, s.dtype)
+                       + f" acc{i}[ii] = u; nan{i}[ii] |= part[{(2 * n_i + 1) * BQ} + ii] != 0.0f; }}")
+            res.append(f"{ind}    }}")
+            res.append(f"{ind}    const float ns{i} = {_safe(s.op, f'acc{i}[ii]')}; (void)ns{i};")
+        res.append(f"{ind}    for (int64_t sp = 0; sp < splits; sp++) {{")
+        res.append(f"{ind}        const float *part = parts + (task * splits + sp) * {n_part};")
+        for p in producers:
+            m = reduces.index(p)
+            res.append(f"{ind}        const float os{p} = {_safe(k.stages[p].op, f'part[{2 * m * BQ} + ii]')};")  # type: ignore[union-attr]
+        rr = R("ns{}")
+        rr.memo[ir.Var("t", dt.float32)] = "tv"
+        h = rr.expr(contract.repair) if contract.repair is not None else "tv"
+        pre = rr.take()
+        res.append(f"{ind}        for (int64_t dd = 0; dd < {e}; dd++) {{")
+        res.append(f"{ind}            const float tv = part[{2 * len(reduces) * BQ} + ii * {e} + dd];")
+        res += [f"{ind}            " + x for x in pre]
+        res.append(f"{ind}            ot[ii * {e} + dd] += {h};")
+        res.append(f"{ind}        }}")
+        res.append(f"{ind}    }}")
+        res.append(f"{ind}}}")
+        return res
+
+    out = lines
+    # Every block of rows of a batch reads the same key and value tiles: with several
+    # blocks, pack them all once (transposed keys), in parallel, before the main loop.
+    out.append(f"    float *kpack = {'0' if blocks < 4 else f'(float *)malloc(sizeof(float) * {n_batch * ntiles * d * BK})'};")
+    out.append(f"    float *vpack = kpack ? (float *)malloc(sizeof(float) * {n_batch * ntiles * BK * e}) : 0;")
+    out.append("    if (!vpack) { free(kpack); kpack = 0; }")
+    out.append("    if (kpack) {")
+    out.append(f"        #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)")
+    out.append(f"        for (int64_t tile = 0; tile < {n_batch * ntiles}; tile++) {{")
+    out.append(f"            const int64_t j0 = (tile % {ntiles}) * {BK};")
+    out.append(f"            const int64_t nk = {n} - j0 < {BK} ? {n} - j0 : {BK};")
+    rest = f"(tile / {ntiles})"
+    for i in range(n_outer - nr - 1, -1, -1):
+        out.append(f"            const int64_t o{i} = {rest} % {k.outer[i]};")
+        rest = f"({rest} / {k.outer[i]})"
+    out.append(f"            float *kt = kpack + tile * {d * BK}, *vt = vpack + tile * {BK * e};")
+    out += ["            " + t for t in pack_k("kt") + pack_v("vt")]
+    out.append("        }")
+    out.append("    }")
+    # Split-K (decoding: few rows, long rows): when there are fewer tasks than threads,
+    # each task's row axis is cut into chunks done in parallel, then combined.
+    out.append(f"    int64_t splits = {tasks} < nthreads && {n} >= {4 * BK} ? nthreads : 1;")
+    out.append(f"    if (splits > {max(1, n // (2 * BK))}) splits = {max(1, n // (2 * BK))};")
+    out.append(f"    const int64_t chunk = (({n} + splits - 1) / splits + {BK - 1}) / {BK} * {BK};")
+    out.append(f"    float *parts = splits > 1 ? (float *)malloc(sizeof(float) * {tasks} * splits * {n_part}) : 0;")
+    out.append("    if (splits > 1 && !parts) splits = 1;")
+    out.append(f"    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && {tasks} * splits > 1)")
+    out.append(f"    for (int64_t t = 0; t < {tasks} * splits; t++) {{")
+    ind = "        "
+    out.append(f"{ind}const int64_t task = t / splits, sp = t % splits;")
+    out += task_setup(ind, "task")
+    out += init(ind)
+    out.append(f"{ind}const int64_t jlo = sp * chunk, jhi = jlo + chunk < {n} ? jlo + chunk : {n};")
+    out += sweep(reduces, True, True, ind, "jlo", "jhi")
+    out.append(f"{ind}if (splits == 1) {{")
+    out += finish(ind + "    ")
+    out.append(f"{ind}}} else {{")
+    out += save_part(ind + "    ")
+    out.append(f"{ind}}}")
+    out.append("    }")
+    out.append("    if (splits > 1) {")
+    out.append(f"        #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && {tasks} > 1)")
+    out.append(f"        for (int64_t task = 0; task < {tasks}; task++) {{")
+    ind = "            "
+    out += task_setup(ind, "task")
+    out += combine(ind)
+    out += finish(ind)
+    out.append("        }")
+    out.append("        free(parts);")
+    out.append("    }")
+    out.append("    free(kpack); free(vpack);")
+    out.append("}")
+    return "\n".join(out)

@@ -1,0 +1,230 @@
+"""Chains: a matmul, element-wise work and row reductions on its result, and a second
+matmul, fused into one kernel that never materialises the first product.
+
+This is how attention written as ordinary code, ``softmax(q @ k.mT * scale + mask) @ v``,
+becomes one kernel. Nothing here knows about attention: a chain is any stream where
+
+1. ``S = A @ B`` (the *scores*, shape ``(..., L, N)``, float32);
+2. every later node that reads ``S`` or a value derived from it is element-wise on
+   ``(..., L, N)`` or on rows ``(..., L, 1)``, or a reduction over the last dim, and the
+   derived values are read by nothing else and reachable by no Python object;
+3. a final ``P @ V`` reads a full-size derived value ``P``.
+
+Such a stream is a row kernel (rows ``(..., L)``, the row axis ``j < N``) whose element
+values start from an ``ir.Dot`` (one element of ``A @ B``) instead of a load, whose
+reductions are the ordinary ``ir.Reduce`` stages, and whose last stage is an
+``ir.Contract``: ``out[.., e] = sum_j P[.., j] * V[.., j, e]``. Factors of ``P``
+constant along the row (softmax's ``1 / sum``) are taken out of the sum and applied
+once per row (``Contract.post``), because ``sum_j (p_j / l) v_j = (sum_j p_j v_j) / l``.
+
+The C renderer runs it in tiles of keys, one pass, keeping the running values of the
+reductions: each reduction and the contraction that depends on an earlier reduction
+carries the repair term ``schedule/repair.py`` derives and proves for it. When a repair
+cannot be derived the chain is not formed (``BRAZE_DEBUG=1`` says why) and the nodes
+are scheduled as usual (matmuls as extern steps).
+
+The scheduler finds a chain when it reaches the first matmul (``find``), claims its
+nodes, and builds the kernel when it reaches the last one (``build``), when every
+value the chain reads from outside has been produced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from .. import dtypes as dt
+from .. import ir
+from ..layout import Layout
+from ..ops.lowering import REDUCTIONS
+from . import repair
+
+if TYPE_CHECKING:
+    from .fuse import Group, Scheduler
+
+#: Element-wise work inside a chain may not read more than this many bytes of tiles
+#: per kernel instance (the tiles live on the stack of each thread).
+TILE_BYTES = 256 * 1024
+
+
+@dataclass
+class Chain:
+    first: int  # the node of S = A @ B
+    last: int  # the node of P @ V
+    members: list[int] = field(default_factory=list)  # the nodes in between that it absorbs
+
+
+def find(s: "Scheduler", i: int) -> Chain | str:
+    """A chain starting at matmul node ``i``, or why there is none."""
+    nodes = s.nodes
+    node = nodes[i]
+    a, b = node.inputs
+    out = node.outputs[0]
+    if out.storage.dtype is not dt.float32 or a.storage.dtype is not dt.float32:
+        return "only float32 matmuls start a fused chain"
+    if len(a.layout.shape) < 2 or len(b.layout.shape) < 2:
+        return "a matrix-vector product"
+    shape = out.layout.shape
+    row_shape = shape[:-1] + (1,)
+    region = {s.key(out.storage)}
+    chain = Chain(i, -1)
+    for n in range(i + 1, len(nodes)):
+        nd = nodes[n]
+        keys = [s.key(o.storage) for o in nd.inputs]
+        if nd.op.inplace:
+            return f"an in-place {nd.op.name} between the matmuls"
+        if not any(k in region for k in keys):
+            continue
+        if nd.op.name == "matmul":
+            if keys[0] in region and keys[1] not in region and nd.inputs[0].layout.shape == shape \
+                    and nd.outputs[0].storage.dtype is dt.float32:
+                chain.last = n
+                break
+            return "the second matmul does not read the scores' row as its left operand"
+        if nd.op.lower is None:
+            return f"{nd.op.name} reads the scores and has no lowering"
+        oshape = nd.outputs[0].layout.shape
+        if nd.op.name in REDUCTIONS:
+            if tuple(nd.attrs["dims"]) != (len(shape) - 1,) or not nd.attrs["keepdim"] \
+                    or nd.inputs[0].layout.shape != shape:
+                return f"{nd.op.name} over other dims than the row"
+        elif oshape not in (shape, row_shape):
+            return f"{nd.op.name} of shape {oshape} inside the chain"
+        region.add(s.key(nd.outputs[0].storage))
+        chain.members.append(n)
+    if chain.last < 0:
+        return "no second matmul reads the scores"
+    inside = set(chain.members) | {i, chain.last}
+    for k in region:
+        if k in s.live:
+            return "a value between the matmuls is reachable from Python (it would be stored)"
+        if any(r not in inside for r in s.readers.get(k, ())):
+            return "a value between the matmuls is read after the chain"
+    return chain
+
+
+def _batch_map(rank: int, batch: int) -> list[int | None]:
+    """Right-aligned batch dims of an operand with ``rank - 2`` batch dims, onto the
+    ``batch`` leading coordinates of the kernel (matmul broadcasts them)."""
+    nb = rank - 2
+    return [batch - nb + d for d in range(nb)]
+
+
+def build(s: "Scheduler", chain: Chain) -> str:
+    """Build the chain's kernel; '' on success, or why not (then nothing is changed
+    that the usual scheduling cannot continue from)."""
+    from .fuse import Group, Value, affine
+
+    nodes = s.nodes
+    first, last = nodes[chain.first], nodes[chain.last]
+    out = first.outputs[0]
+    shape = out.layout.shape
+    batch = len(shape) - 2
+    n_len, d_len = shape[-1], first.inputs[0].layout.shape[-1]
+    ndim = len(shape)
+    v_in = last.inputs[1]
+    e_len = v_in.layout.shape[-1]
+    tile = 4 * (64 * (d_len + e_len) * 2 + 64 * 64)
+    if tile > TILE_BYTES:
+        return f"tiles of {tile} bytes for head dims {d_len}, {e_len}"
+    g = Group(len(s.groups), shape[:-1], shape[-1:], shape, tuple(range(ndim)))
+    # Claim the loads first: a failed build must leave no half-made group behind.
+    a, b = first.inputs
+    amap = _batch_map(len(a.layout.shape), batch) + [batch, ndim]  # (.., i, d)
+    bmap = _batch_map(len(b.layout.shape), batch) + [ndim, ndim - 1]  # (.., d, j)
+    vmap = _batch_map(len(v_in.layout.shape), batch) + [ndim - 1, ndim]  # (.., j, e)
+    s.groups.append(g)
+    s.open.append(g)
+    dot = ir.Dot(s.load(g, a, amap, ndim + 1), s.load(g, b, bmap, ndim + 1), d_len, dt.float32)
+    k_s = s.key(out.storage)
+    g.values[k_s] = Value(dot, affine(Layout.contiguous(shape), range(ndim), ndim), False, shape,
+                          tuple(range(ndim)))
+    g.members.append(chain.first)
+    s.producer[k_s] = g
+    for n in chain.members:
+        reason = s.can_fuse(g, nodes[n])
+        if reason or not s.add(g, n, nodes[n]):
+            return _abandon(s, g, f"{nodes[n].op.name}: {reason or 'no lowering'}")
+    p = last.inputs[0]
+    pv = g.values.get(s.key(p.storage))
+    if pv is None or pv.row or affine(p.layout, range(ndim), ndim) != pv.index:
+        return _abandon(s, g, "the second matmul reads the scores' row through a view")
+    weight, post = _row_factors(pv.expr, len(g.outer))
+    repairs = _repairs(g.stages, weight)
+    if isinstance(repairs, str):
+        return _abandon(s, g, repairs)
+    stages, w_repair = repairs
+    o = last.outputs[0]
+    omap = list(range(batch + 1)) + [ndim]  # (.., i, e)
+    contract = ir.Contract(-1, affine(o.layout, omap, ndim + 1), weight, s.load(g, v_in, vmap, ndim + 1),
+                           e_len, post, w_repair)
+    g.stages[:] = stages
+    g.contract = (s.key(o.storage), contract)
+    g.members.append(chain.last)
+    s.producer[s.key(o.storage)] = g
+    s.materialized.add(s.key(o.storage))
+    s.close(g)
+    return ""
+
+
+def _abandon(s: "Scheduler", g: "Group", reason: str) -> str:
+    """Drop a half-built chain group (its loads were only reads; nothing was stored)."""
+    if g in s.open:
+        s.open.remove(g)
+    for k, v in list(s.producer.items()):
+        if v is g:
+            del s.producer[k]
+    g.members.clear()
+    g.values.clear()
+    return reason
+
+
+def _row_factors(e: ir.Expr, n_outer: int) -> tuple[ir.Expr, ir.Expr]:
+    """Split ``e`` into (element part, what to do to the row's sum): a division by, or a
+    product with, a value constant along the row moves out of the sum."""
+    c: ir.Expr = ir.Var("c", dt.float32)
+    while isinstance(e, ir.Op) and e.name in ("div", "mul") and e.dtype is dt.float32:
+        x, y = e.args
+        if not ir.uses_inner(y, n_outer):
+            c = ir.Op(e.name, (c, y), dt.float32)
+            e = x
+        elif e.name == "mul" and not ir.uses_inner(x, n_outer):
+            c = ir.Op("mul", (c, x), dt.float32)
+            e = y
+        else:
+            break
+    return e, c
+
+
+def _producers(e: ir.Expr) -> list[int]:
+    return sorted({n.stage for n in ir.walk(e) if isinstance(n, ir.Acc)})
+
+
+def _repairs(stages: list[ir.Stage], weight: ir.Expr) -> tuple[list[ir.Stage], ir.Expr | None] | str:
+    """Each reduction's (and the contraction's) repair term, as IR over ``Var``s."""
+    out: list[ir.Stage] = []
+    for st in stages:
+        if not isinstance(st, ir.Reduce):
+            return "the chain stores element values"
+        if st.dtype is not dt.float32:
+            return f"a {st.dtype.name} {st.op} inside the chain"
+        h = _repair_term(st.expr, st.op)
+        if isinstance(h, str):
+            return h
+        out.append(replace(st, repair=h))
+    h = _repair_term(weight, "sum")
+    if isinstance(h, str):
+        return h
+    return out, h
+
+
+def _repair_term(e: ir.Expr, op: str) -> ir.Expr | None | str:
+    ps = _producers(e)
+    if not ps:
+        return None
+    r = repair.derive_ir(e, ps, op)
+    if isinstance(r, str):
+        return f"no repair term for {op}: {r}"
+    f32 = dt.float32
+    return r.apply(ir.Var("t", f32), [ir.Var(f"os{p}", f32) for p in ps], [ir.Var(f"ns{p}", f32) for p in ps])
+

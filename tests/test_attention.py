@@ -1,0 +1,215 @@
+"""Reduction fusion with repair terms: attention written as user code is one kernel.
+
+Every variant Neptune evaluates is written here as ordinary tensor code (no per-variant
+code in braze) and must (1) run as one chain kernel and (2) agree with the reference
+executor. Tolerances: float32 attention outputs are averages of values of size ~1, and
+the fused kernel sums in another order (tiles, FMA): 2e-5 absolute.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+import braze
+import braze.nn.functional as F
+from braze import plan
+from braze.runtime.cpu import compiler_available
+
+pytestmark = pytest.mark.skipif(not compiler_available(), reason="no C compiler")
+
+ATOL = 2e-5
+B, H, HKV, N, D = 1, 4, 2, 150, 32  # N not a multiple of the key tile; 2 query heads per KV head
+
+
+@pytest.fixture(autouse=True)
+def fused(monkeypatch: Any) -> None:
+    monkeypatch.setenv("BRAZE_FUSION", "1")
+
+
+def _inputs(seed: int = 0, n_q: int = N, n_kv: int = N, hkv: int = H) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((B, H, n_q, D)).astype(np.float32),
+            rng.standard_normal((B, hkv, n_kv, D)).astype(np.float32),
+            rng.standard_normal((B, hkv, n_kv, D)).astype(np.float32)]
+
+
+def _run(fn: Callable[..., braze.Tensor], arrays: list[np.ndarray], monkeypatch: Any) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """(fused result, reference result, fused counters)."""
+    braze.reset_stats()
+    got = fn(*[braze.from_numpy(a) for a in arrays]).numpy().copy()
+    st = braze.stats()
+    with monkeypatch.context() as m:
+        m.setenv("BRAZE_FUSION", "0")
+        ref = fn(*[braze.from_numpy(a) for a in arrays]).numpy().copy()
+    return got, ref, st
+
+
+def _ij(n_q: int, n_kv: int) -> tuple[braze.Tensor, braze.Tensor]:
+    return braze.arange(n_q)[:, None], braze.arange(n_kv)[None, :]
+
+
+def plain(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+    return braze.softmax(q @ k.mT / math.sqrt(D), -1) @ v
+
+
+def causal(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def alibi(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+    slopes = braze.tensor([2.0 ** (-8 * (h + 1) / H) for h in range(H)])[:, None, None]
+    i, j = _ij(q.shape[-2], k.shape[-2])
+    return braze.softmax(q @ k.mT * D ** -0.5 + slopes * (j - i).float(), -1) @ v
+
+
+def gqa(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+    """Each KV head serves H // HKV query heads through views: (B, HKV, G, N, D) @ k^T."""
+    g = q.shape[1] // k.shape[1]
+    qg = q.reshape(B, k.shape[1], g, q.shape[-2], D)
+    out = braze.softmax(qg @ k.unsqueeze(2).mT * D ** -0.5, -1) @ v.unsqueeze(2)
+    return out.reshape(B, q.shape[1], q.shape[-2], D)
+
+
+def gqa_sdpa(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True)
+
+
+def softcap(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+    s = q @ k.mT * D ** -0.5
+    return braze.softmax((s / 5.0).tanh() * 5.0, -1) @ v
+
+
+def sliding_window(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+    i, j = _ij(q.shape[-2], k.shape[-2])
+    hidden = (j > i) | (i - j >= 16)
+    return braze.softmax((q @ k.mT * D ** -0.5).masked_fill(hidden, -math.inf), -1) @ v
+
+
+def bool_mask_input(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+    keep = braze.from_numpy(np.random.default_rng(5).random((q.shape[-2], k.shape[-2])) < 0.7)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+
+
+VARIANTS = {"plain": (plain, H), "causal": (causal, H), "alibi": (alibi, H), "gqa": (gqa, HKV),
+            "gqa_sdpa_causal": (gqa_sdpa, HKV), "softcap": (softcap, H), "sliding_window": (sliding_window, H),
+            "bool_mask_input": (bool_mask_input, H)}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_every_variant_is_one_kernel_and_agrees_with_the_reference(name: str, monkeypatch: Any) -> None:
+    fn, hkv = VARIANTS[name]
+    got, ref, st = _run(fn, _inputs(hkv=hkv), monkeypatch)
+    assert st["kernel_launches"] == 1, st
+    np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)
+
+
+def test_rows_of_minus_inf_and_huge_scores_give_what_the_reference_gives(monkeypatch: Any) -> None:
+    """Query 3 sees no key at all (nan, as the reference and PyTorch); scores of size
+    1e4 overflow exp unless the running max is subtracted; a row with +inf scores gives
+    nan. Rows that end with a non-finite max are recomputed without repairs."""
+    q, k, v = _inputs(1)
+    q[0, :, 5] *= 1e3  # scores ~ 1e4 / sqrt(D)
+    q[0, 1, 7, 0] = np.inf
+
+    def prog(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+        i, j = _ij(N, N)
+        hidden = (j > i) | (i == 3)
+        return braze.softmax((q @ k.mT * D ** -0.5).masked_fill(hidden, -math.inf), -1) @ v
+
+    got, ref, st = _run(prog, [q, k, v], monkeypatch)
+    assert st["kernel_launches"] == 1
+    assert np.isnan(ref[0, :, 3]).all() and np.isnan(got[0, :, 3]).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)
+
+
+def test_decode_one_query_against_a_long_cache(monkeypatch: Any) -> None:
+    q, k, v = _inputs(2, n_q=1, n_kv=3000, hkv=HKV)
+    got, ref, st = _run(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), [q, k, v],
+                        monkeypatch)
+    assert st["kernel_launches"] == 1, st
+    np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)
+
+
+def test_attention_never_allocates_the_score_matrix(monkeypatch: Any) -> None:
+    """N = 4096: the (N x N) scores would be 64 MiB; the peak above the inputs is only
+    the output."""
+    n, d = 4096, 16
+    rng = np.random.default_rng(3)
+    q, k, v = (braze.from_numpy(rng.standard_normal((1, 1, n, d)).astype(np.float32)) for _ in range(3))
+    braze.reset_stats()
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True).realize()
+    st = braze.stats()
+    assert st["kernel_launches"] == 1
+    assert st["peak_bytes"] - st["live_bytes"] + out.numel() * 4 <= n * d * 4 * 2, st
+    assert st["peak_bytes"] < n * n, st
+
+
+def test_half_inputs_run_unfused_and_agree(monkeypatch: Any) -> None:
+    """Chains are float32; bf16/f16 attention runs as matmul + softmax kernels."""
+    arrays = [a.astype(np.float16) for a in _inputs(4)]
+    got, ref, _ = _run(plain, arrays, monkeypatch)
+    np.testing.assert_allclose(got.astype(np.float32), ref.astype(np.float32), atol=2e-3, rtol=0)
+
+
+def test_no_repair_term_means_no_chain_and_says_why(monkeypatch: Any, capfd: Any, tmp_path: Any) -> None:
+    """Weights ``(s - max)^2`` have no single-term repair (Neptune's negative case):
+    the scheduler keeps the matmuls apart, says why, and the result is still right."""
+    monkeypatch.setenv("BRAZE_DEBUG", "1")
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))  # no stored plan: schedule afresh
+    plan.clear()
+
+    def prog(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+        s = q @ k.mT * D ** -0.5
+        c = s - s.amax(-1, keepdim=True)
+        return (c * c) @ v
+
+    got, ref, st = _run(prog, _inputs(6), monkeypatch)
+    assert st["kernel_launches"] > 1
+    assert "no repair term" in capfd.readouterr().err
+    np.testing.assert_allclose(got, ref, atol=1e-3, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_softmax_and_logsumexp_over_long_rows_with_inf_rows(dtype: str, monkeypatch: Any) -> None:
+    """One kernel each, float32 accumulation for half inputs, rows of -inf and huge
+    magnitudes, against the reference executor."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((6, 5000)) * 3).astype(np.float32)
+    x[1] = -np.inf
+    x[2] *= 1e4 if dtype != "float16" else 1e3  # float16 tops out at 65504
+    x[3, ::7] = -np.inf
+    x = x.astype(dtype if dtype != "bfloat16" else np.float32)
+    tol = {"float32": 1e-6, "float16": 2e-3, "bfloat16": 2e-2}[dtype]
+    for fn in (lambda t: braze.softmax(t, -1), lambda t: braze.logsumexp(t, -1)):
+        def prog(t: braze.Tensor) -> braze.Tensor:
+            return fn(t.to(braze.bfloat16) if dtype == "bfloat16" else t)
+        got, ref, st = _run(prog, [x], monkeypatch)
+        assert st["kernel_launches"] <= 2, st  # bfloat16: the cast, then the softmax
+        np.testing.assert_array_equal(np.isnan(got.astype(np.float32)), np.isnan(ref.astype(np.float32)))
+        np.testing.assert_allclose(got.astype(np.float32), ref.astype(np.float32), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("heads", [1, 3])
+def test_split_k_decode_with_more_threads_than_rows(heads: int, monkeypatch: Any) -> None:
+    """One query row per head and fewer heads than threads: the keys are split into
+    chunks done in parallel and combined with the repair term; same result."""
+    from braze.runtime.cpu import get_num_threads, set_num_threads
+    rng = np.random.default_rng(8)
+    q, k, v = (rng.standard_normal((1, heads, n, D)).astype(np.float32) for n in (1, 2000, 2000))
+    k[0, 0, :700] = 0.0
+    old = get_num_threads()
+    set_num_threads(4)
+    try:
+        def prog(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+            mask = braze.arange(2000)[None, :] >= 300  # the first chunk is fully masked
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        got, ref, st = _run(prog, [q, k, v], monkeypatch)
+    finally:
+        set_num_threads(old)
+    assert st["kernel_launches"] == 1
+    np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)
