@@ -70,7 +70,7 @@ class Plan:
     bind: list[list[tuple[int, int]]] = field(default_factory=list)
 
 
-_PLAN_FORMAT = 2  # bump when the stored schedule's shape changes (2: arena offsets and size)
+_PLAN_FORMAT = 3  # bump when the stored schedule's shape changes (2: arena offsets and size, 3: refs)
 _variants: dict[Any, int] = {}  # how many shapes each shape-free form has been built for
 
 
@@ -113,7 +113,9 @@ class Form:
 
     Per node: one entry ``(op name, attrs key, inputs, outputs)``, where an input is
     ``(rel id, shape, strides, offset, dtype name, pending)`` and an output the same
-    without ``pending``; rel ids number storages by first appearance. The cursor
+    without ``pending``; rel ids number storages by first appearance. The offset of a
+    storage that exists before the flush is None: a slice bound into such a tensor is a
+    placeholder (kernels receive it at run time), so ``x[i]`` for every i is one plan. The cursor
     (``path[-1]``) is the trie node this prefix of the stream leads to, or None once it
     fell off (a program never planned). Layouts go in as tuples of ints: hashing them
     stays in C, which keeps recording cheap.
@@ -179,7 +181,10 @@ class Form:
             else:
                 refs[k] += 1
             lay = o.layout
-            ins.append((k, lay.shape, lay.strides, lay.offset, st.dtype.name, st.array is None))
+            # The offset of a tensor that exists before the flush (a slice bound) is a
+            # placeholder: kernels get it at run time (``KernelStep.refs``).
+            pending = st.array is None
+            ins.append((k, lay.shape, lay.strides, lay.offset if pending else None, st.dtype.name, pending))
         outs = []
         pure = not node.op.inplace
         for o in node.outputs:
@@ -194,7 +199,7 @@ class Form:
             else:
                 refs[k] += 1
             lay = o.layout
-            outs.append((k, lay.shape, lay.strides, lay.offset, st.dtype.name))
+            outs.append((k, lay.shape, lay.strides, lay.offset if st.array is None else None, st.dtype.name))
         attrs = node.attrs
         entry = (node.op.name, _attrs_key(attrs) if attrs else (), tuple(ins), tuple(outs))
         self.entries.append(entry)
@@ -466,7 +471,10 @@ def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
                     st = storages[k]
                     if st.array is None:
                         st.array = memory.allocate(st.dtype.np, st.numel, "kernel")
-                ptrs = (ctypes.c_void_p * len(kstep.args))(*[storages[k].array.ctypes.data for k in kstep.args])
+                ptrs = (ctypes.c_void_p * len(kstep.args))(*[
+                    storages[k].array.ctypes.data if r is None else
+                    storages[k].array.ctypes.data + nodes[r[0]].inputs[r[1]].layout.offset * storages[k].dtype.itemsize
+                    for k, r in zip(kstep.args, kstep.refs)])
                 COUNTERS["kernel_launches"] += 1
                 step.fn(ptrs, nthreads)
             for k in plan.release[i]:

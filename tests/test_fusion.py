@@ -300,3 +300,20 @@ def test_integer_rounding_ops_are_exact_for_large_values(op: str, monkeypatch: A
     xs = np.array([47830817, -47830817, 2**31 - 1, 0], dtype=np.int32)
     got, _ = run(lambda t: getattr(t, op)(), xs)
     np.testing.assert_array_equal(got, reference(lambda t: getattr(t, op)(), xs, monkeypatch))
+
+
+def test_slice_bounds_into_existing_tensors_are_placeholders() -> None:
+    """``x[i]`` for every row, and writes at a moving position into an existing buffer
+    (a KV cache), each replay one plan: the offset goes to the kernel at run time."""
+    xs = np.arange(40, dtype=np.float32).reshape(10, 4)
+    x = braze.from_numpy(xs)
+    cache = braze.from_numpy(np.zeros((10, 4), np.float32))
+    braze.reset_stats()
+    for i in range(10):
+        got = (x[i] * 2 + 1).numpy()
+        np.testing.assert_array_equal(got, xs[i] * 2 + 1)
+        cache[i] = x[i] * 3
+        cache.realize()
+    st = braze.stats()
+    assert st["plan_misses"] == 2 and st["plan_hits"] == 18, st
+    np.testing.assert_array_equal(cache.numpy(), xs * 3)

@@ -135,7 +135,8 @@ def build(s: "Scheduler", chain: Chain) -> str:
     vmap = _batch_map(len(v_in.layout.shape), batch) + [ndim - 1, ndim]  # (.., j, e)
     s.groups.append(g)
     s.open.append(g)
-    dot = ir.Dot(s.load(g, a, amap, ndim + 1), s.load(g, b, bmap, ndim + 1), d_len, dt.float32)
+    dot = ir.Dot(s.load(g, a, amap, ndim + 1, (chain.first, 0)), s.load(g, b, bmap, ndim + 1, (chain.first, 1)),
+                 d_len, dt.float32)
     k_s = s.key(out.storage)
     g.values[k_s] = Value(dot, affine(Layout.contiguous(shape), range(ndim), ndim), False, shape,
                           tuple(range(ndim)))
@@ -156,7 +157,7 @@ def build(s: "Scheduler", chain: Chain) -> str:
     stages, w_repair = repairs
     o = last.outputs[0]
     omap = list(range(batch + 1)) + [ndim]  # (.., i, e)
-    contract = ir.Contract(-1, affine(o.layout, omap, ndim + 1), weight, s.load(g, v_in, vmap, ndim + 1),
+    contract = ir.Contract(-1, affine(o.layout, omap, ndim + 1), weight, s.load(g, v_in, vmap, ndim + 1, (chain.last, 1)),
                            e_len, post, w_repair)
     g.stages[:] = stages
     g.contract = (s.key(o.storage), contract)

@@ -74,7 +74,12 @@ class Group:
     stages: list[ir.Stage] = field(default_factory=list)
     values: dict[Key, Value] = field(default_factory=dict)
     members: list[int] = field(default_factory=list)
-    loads: dict[Key, int] = field(default_factory=dict)  # storage -> kernel argument
+    #: kernel argument of each storage read from memory: keyed by the storage, or, for a
+    #: tensor that exists before the flush, by (storage, node, input): its offset (a slice
+    #: bound) is then a placeholder, added to the argument's pointer at run time
+    loads: dict[Any, int] = field(default_factory=dict)
+    loaded: set[Key] = field(default_factory=set)  # storages read from memory
+    refs: dict[int, tuple[int, int]] = field(default_factory=dict)  # argument -> (node, input)
     deps: set[int] = field(default_factory=set)
     slices: list[tuple[Key, ir.Affine, ir.Expr]] = field(default_factory=list)  # cat: writes into slices
     contract: tuple[Key, ir.Contract] | None = None  # a chain kernel's second matmul
@@ -90,6 +95,9 @@ class KernelStep:
     args: list[Key]  # storage of each kernel argument
     outputs: list[Key]  # storages this kernel produces (to allocate)
     nodes: list[int]
+    #: per argument, the (node, input) whose layout offset is added to its pointer at run
+    #: time (reads of tensors that exist before the flush), or None
+    refs: list[tuple[int, int] | None] = field(default_factory=list)
 
 
 @dataclass
@@ -239,7 +247,7 @@ class Scheduler:
             # Siblings: an open group that already loads one of this node's inputs can
             # read it once for both (mean and mean of squares of the same x).
             for g in self.open:
-                if any(self.key(o.storage) in g.loads for o in node.inputs):
+                if any(self.key(o.storage) in g.loaded for o in node.inputs):
                     candidates.append(g)
         best: tuple[int, Group] | None = None
         for g in candidates:
@@ -307,7 +315,7 @@ class Scheduler:
         for o in node.inputs:
             k = self.key(o.storage)
             nbytes = o.layout.numel * o.storage.dtype.itemsize
-            saved += 2 * nbytes if k in g.values else nbytes if k in g.loads else 0
+            saved += 2 * nbytes if k in g.values else nbytes if k in g.loaded else 0
         return saved
 
     def new_group(self, node: Any, reduce: bool) -> Group | None:
@@ -332,27 +340,33 @@ class Scheduler:
         self.open.append(g)
         return g
 
-    def operand(self, g: Group, o: Any, dim_map: Sequence[int | None], reader: int) -> ir.Expr:
+    def operand(self, g: Group, o: Any, dim_map: Sequence[int | None], ref: tuple[int, int]) -> ir.Expr:
+        """Input ``ref`` = (node, input) of a node placed in ``g``, as an expression."""
         k = self.key(o.storage)
         v = g.values.get(k)
         if v is not None:
             return v.expr
         made = self.created.get(k)
-        if made is None or self.nodes[reader].op.name in ("cat", "pad"):  # they shift and guard loads
-            return self.load(g, o, dim_map, g.ndim)
+        if made is None or self.nodes[ref[0]].op.name in ("cat", "pad"):  # they shift and guard loads
+            return self.load(g, o, dim_map, g.ndim, ref)
         # A value of the index alone (a causal mask from two aranges): recomputed where
         # it is read, so it never needs a buffer or a kernel of its own.
-        expr = made(affine(o.layout, dim_map, g.ndim), lambda st, index: self.load_at(g, st, index))
+        expr = made(affine(o.layout, dim_map, g.ndim), lambda st, index, r: self.load_at(g, st, index, r))
         if expr is None:
-            return self.load(g, o, dim_map, g.ndim)
-        self.readers[k].discard(reader)
+            return self.load(g, o, dim_map, g.ndim, ref)
+        self.readers[k].discard(ref[0])
         return expr
 
-    def load(self, g: Group, o: Any, dim_map: Sequence[int | None], ndim: int) -> ir.Load:
-        """Read a storage from memory in group ``g`` (its producer's kernel runs first)."""
-        return self.load_at(g, o.storage, affine(o.layout, dim_map, ndim))
+    def load(self, g: Group, o: Any, dim_map: Sequence[int | None], ndim: int, ref: tuple[int, int]) -> ir.Load:
+        """Read operand ``ref`` (node, input) from memory in group ``g``."""
+        return self.load_at(g, o.storage, affine(o.layout, dim_map, ndim), ref)
 
-    def load_at(self, g: Group, storage: Any, index: ir.Affine) -> ir.Load:
+    def load_at(self, g: Group, storage: Any, index: ir.Affine, ref: tuple[int, int]) -> ir.Load:
+        """A load of ``storage`` at ``index``, read through operand ``ref``. A producer
+        in another group runs first. A tensor that exists before the flush is read
+        through an argument of its own whose pointer carries the operand's offset, so the
+        kernel (and the plan's key) do not depend on slice bounds: ``x[i]`` for each i
+        replays one plan."""
         k = self.key(storage)
         src = self.producer.get(k)
         if src is not None and src is not g:
@@ -360,14 +374,20 @@ class Scheduler:
                 self.close(src)
             g.deps.add(src.gid)
         self.materialized.add(k)
-        arg = g.loads.setdefault(k, len(g.loads))
+        g.loaded.add(k)
+        if storage.array is None:
+            arg = g.loads.setdefault(k, len(g.loads))
+        else:
+            arg = g.loads.setdefault((k, *ref), len(g.loads))
+            g.refs[arg] = ref
+            index = ir.Affine(index.offset - self.nodes[ref[0]].inputs[ref[1]].layout.offset, index.coeffs)
         return ir.Load(arg, index, storage.dtype)
 
     def add(self, g: Group, i: int, node: Any) -> bool:
         sp = self.space(g, node)
         assert sp is not None
         kind, dim_map = sp
-        args = [self.operand(g, o, dim_map, i) for o in node.inputs]
+        args = [self.operand(g, o, dim_map, (i, j)) for j, o in enumerate(node.inputs)]
         out = node.outputs[0]
         ctx = {**node.attrs, "coords": dim_map, "in_shapes": [o.layout.shape for o in node.inputs]}
         result = node.op.lower(args, ctx, out.storage.dtype)
@@ -443,9 +463,10 @@ class Scheduler:
             stages.append(replace(st, arg=arg))
         if not outputs:
             return
-        order = sorted(args, key=lambda k: args[k])
-        kernel = ir.Kernel(g.outer, g.inner, stages, [(self.dtypes[k], k in outputs) for k in order])
-        self.steps.append(KernelStep(kernel, order, outputs, sorted(members)))
+        order = sorted(args, key=lambda a: args[a])
+        keys = [a if isinstance(a, int) else a[0] for a in order]
+        kernel = ir.Kernel(g.outer, g.inner, stages, [(self.dtypes[k], k in outputs) for k in keys])
+        self.steps.append(KernelStep(kernel, keys, outputs, sorted(members), [g.refs.get(args[a]) for a in order]))
 
 
 def schedule(nodes: Sequence[Any], key_of: dict[int, Key], live: set[Key]) -> Schedule:

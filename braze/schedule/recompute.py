@@ -26,7 +26,7 @@ from ..layout import Layout
 from ..ops.lowering import REDUCTIONS, arange_value
 
 Key = int
-LoadAt = Callable[[Any, ir.Affine], ir.Load]  # (storage, index) -> a load in the reading group
+LoadAt = Callable[[Any, ir.Affine, tuple[int, int]], ir.Load]  # (storage, index, (node, input)) -> a load
 Recompute = Callable[[ir.Affine, LoadAt], "ir.Expr | None"]
 MAX_OPS = 24
 _NOT_POINTWISE = REDUCTIONS | {"cat", "pad"}
@@ -105,7 +105,7 @@ def find(nodes: Sequence[Any], key: Callable[[Any], Key]) -> dict[Key, Recompute
     written = {key(o.storage) for n in nodes if n.op.inplace for o in n.outputs}
     out: dict[Key, Recompute] = {}
     size: dict[Key, int] = {}
-    for node in nodes:
+    for n, node in enumerate(nodes):
         if node.op.inplace or len(node.outputs) != 1:
             continue
         o = node.outputs[0]
@@ -125,7 +125,7 @@ def find(nodes: Sequence[Any], key: Callable[[Any], Key]) -> dict[Key, Recompute
             n_ops = 1 + sum(size.get(i, 0) for i in ins)
             if n_ops > MAX_OPS:
                 continue
-            out[k], size[k] = _pointwise(node, shape, dtype, [out.get(i) for i in ins]), n_ops
+            out[k], size[k] = _pointwise(n, node, shape, dtype, [out.get(i) for i in ins]), n_ops
     return out
 
 
@@ -140,17 +140,17 @@ def _arange(attrs: dict[str, Any], dtype: dt.DType) -> Recompute:
     return value
 
 
-def _pointwise(node: Any, shape: tuple[int, ...], dtype: dt.DType, inputs: list[Recompute | None]) -> Recompute:
+def _pointwise(n: int, node: Any, shape: tuple[int, ...], dtype: dt.DType, inputs: list[Recompute | None]) -> Recompute:
     def value(index: ir.Affine, load_at: LoadAt) -> ir.Expr | None:
         dims = dims_at(shape, index) if prod(shape) else None
         if dims is None:
             return None
         args: list[ir.Expr] = []
-        for o, rec in zip(node.inputs, inputs):
+        for j, (o, rec) in enumerate(zip(node.inputs, inputs)):
             at = _compose(o.layout, dims, len(index.coeffs))
             if at is None:
                 return None
-            arg = rec(at, load_at) if rec is not None else load_at(o.storage, at)
+            arg = rec(at, load_at) if rec is not None else load_at(o.storage, at, (n, j))
             if arg is None:
                 return None
             args.append(arg)
