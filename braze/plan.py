@@ -114,8 +114,9 @@ class Form:
     Per node: one entry ``(op name, attrs key, inputs, outputs)``, where an input is
     ``(rel id, shape, strides, offset, dtype name, pending)`` and an output the same
     without ``pending``; rel ids number storages by first appearance. The offset of a
-    storage that exists before the flush is None: a slice bound into such a tensor is a
-    placeholder (kernels receive it at run time), so ``x[i]`` for every i is one plan. The cursor
+    storage that exists before the flush is a placeholder, ``("offset", class)``, where
+    operands of one storage at one offset share a class: a slice bound into such a
+    tensor is given to kernels at run time, so ``x[i]`` for every i is one plan. The cursor
     (``path[-1]``) is the trie node this prefix of the stream leads to, or None once it
     fell off (a program never planned). Layouts go in as tuples of ints: hashing them
     stays in C, which keeps recording cheap.
@@ -131,7 +132,8 @@ class Form:
     call fails half-way, restores exactly the state before the nodes it takes back.
     """
 
-    __slots__ = ("root", "entries", "storages", "key_of", "refs", "produced", "marks", "path")
+    __slots__ = ("root", "entries", "storages", "key_of", "refs", "produced", "marks", "path", "offs", "off_keys",
+                 "off_marks")
 
     def __init__(self) -> None:
         self.root = _root
@@ -142,6 +144,12 @@ class Form:
         self.produced: list[int] = []  # rel ids written by pure nodes, ascending
         self.marks: list[int] = []  # storages known before node i
         self.path: list[TrieNode | None] = [_root]  # trie node after i nodes, up to the first None
+        # Offsets into tensors that exist before the flush are placeholders, numbered by
+        # first appearance of each (storage, offset): the form keeps which operands share
+        # an offset (a kernel reads them through one argument), not the offset itself.
+        self.offs: dict[tuple[int, int], int] = {}
+        self.off_keys: list[tuple[int, int]] = []
+        self.off_marks: list[int] = []  # offset classes known before node i
 
     @classmethod
     def of(cls, nodes: Sequence[Any]) -> Form:
@@ -170,6 +178,7 @@ class Form:
         (nothing runs in between), so numbering now or then gives the same entry."""
         key_of, storages, refs = self.key_of, self.storages, self.refs
         self.marks.append(len(storages))
+        self.off_marks.append(len(self.off_keys))
         ins = []
         for o in node.inputs:
             st = o.storage
@@ -184,7 +193,8 @@ class Form:
             # The offset of a tensor that exists before the flush (a slice bound) is a
             # placeholder: kernels get it at run time (``KernelStep.refs``).
             pending = st.array is None
-            ins.append((k, lay.shape, lay.strides, lay.offset if pending else None, st.dtype.name, pending))
+            ins.append((k, lay.shape, lay.strides, lay.offset if pending else self._offset(k, lay.offset),
+                        st.dtype.name, pending))
         outs = []
         pure = not node.op.inplace
         for o in node.outputs:
@@ -199,11 +209,19 @@ class Form:
             else:
                 refs[k] += 1
             lay = o.layout
-            outs.append((k, lay.shape, lay.strides, lay.offset if st.array is None else None, st.dtype.name))
+            outs.append((k, lay.shape, lay.strides, lay.offset if st.array is None else self._offset(k, lay.offset),
+                         st.dtype.name))
         attrs = node.attrs
         entry = (node.op.name, _attrs_key(attrs) if attrs else (), tuple(ins), tuple(outs))
         self.entries.append(entry)
         return entry
+
+    def _offset(self, k: int, offset: int) -> tuple[str, int]:
+        c = self.offs.get((k, offset))
+        if c is None:
+            c = self.offs[(k, offset)] = len(self.off_keys)
+            self.off_keys.append((k, offset))
+        return ("offset", c)
 
     def complete(self, nodes: Sequence[Any]) -> list[tuple[Any, ...]]:
         """Every node's entry, numbering those recorded after the cursor fell off."""
@@ -226,6 +244,10 @@ class Form:
         for st in self.storages[mark:]:
             del self.key_of[id(st)]
         del self.storages[mark:], refs[mark:], self.entries[n:], self.marks[n:], self.path[n + 1:]
+        om = self.off_marks[n]
+        for ok in self.off_keys[om:]:
+            del self.offs[ok]
+        del self.off_keys[om:], self.off_marks[n:]
         produced = self.produced
         while produced and produced[-1] >= mark:
             produced.pop()

@@ -213,3 +213,32 @@ def test_split_k_decode_with_more_threads_than_rows(heads: int, monkeypatch: Any
         set_num_threads(old)
     assert st["kernel_launches"] == 1
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)
+
+
+def test_logsumexp_and_cross_entropy_over_long_rows_fold_in_one_pass(monkeypatch: Any) -> None:
+    """Rows of 20000: max and sum of exp are one rolling pass (the sum repaired with
+    ``exp(m - m')`` whenever the max moves); rows of -inf, nan, +inf and huge values are
+    redone without repairs and match the reference."""
+    from braze.codegen.c import kernel_source
+    from braze.schedule import KernelStep
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((6, 20000)) * 3).astype(np.float32)
+    x[1] = -np.inf
+    x[2] *= 1e4
+    x[3, ::7] = -np.inf
+    x[4, 5] = np.nan
+    x[5, 9] = np.inf
+    target = rng.integers(0, 20000, 6)
+
+    def cross_entropy(t: braze.Tensor) -> braze.Tensor:
+        picked = t.gather(1, braze.from_numpy(target).reshape(6, 1)).reshape(6)
+        return braze.logsumexp(t, -1) - picked
+
+    for fn in (lambda t: braze.logsumexp(t, -1), cross_entropy):
+        plan.clear()
+        got, ref, st = _run(fn, [x], monkeypatch)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+        np.testing.assert_allclose(got, ref, rtol=2e-6, atol=0)
+        kernels = [s.step.kernel for p in plan.stored_plans() for s in p.steps if hasattr(s, "step")
+                   and isinstance(s.step, KernelStep)]
+        assert any("j0 +=" in kernel_source(k, "k") for k in kernels)  # the rolling walk

@@ -317,3 +317,14 @@ def test_slice_bounds_into_existing_tensors_are_placeholders() -> None:
     st = braze.stats()
     assert st["plan_misses"] == 2 and st["plan_hits"] == 18, st
     np.testing.assert_array_equal(cache.numpy(), xs * 3)
+
+
+def test_operands_sharing_an_offset_are_part_of_the_plan_key() -> None:
+    """Two slices of one tensor at the same offset are read through one kernel argument;
+    a flush where they differ is another program (it must not replay that kernel)."""
+    xs = np.arange(40, dtype=np.float32).reshape(10, 4)
+    x = braze.from_numpy(xs)
+    braze.reset_stats()
+    for i, j in [(0, 0), (1, 1), (2, 3), (3, 2), (4, 4)]:
+        np.testing.assert_array_equal((x[i] * x[i] + x[j]).numpy(), xs[i] * xs[i] + xs[j])
+    assert braze.stats()["plan_misses"] == 2

@@ -403,6 +403,80 @@ def _hoist(k: ir.Kernel, lines: list[str]) -> dict[ir.Expr, str]:
     return out
 
 
+ROLL_TILE = 1024
+
+
+def _safe(op: str, name: str) -> str:
+    """A running max/min as repair terms see it: 0 while it is still infinite (a
+    masked prefix: ``exp(-inf - -inf)`` would be nan); ``h`` is an identity for any
+    value used consistently, so this changes nothing once it is finite."""
+    if op == "amax":
+        return f"({name} == -INFINITY ? 0.0f : {name})"
+    if op == "amin":
+        return f"({name} == INFINITY ? 0.0f : {name})"
+    return name
+
+
+def _rolling(k: ir.Kernel, passes: list[list[int]], coords: list[str], n_out: int,
+             hoisted: dict[ir.Expr, str]) -> list[str]:
+    """The reductions of every pass folded in one walk over the row, in tiles, each
+    dependent fold combined with its repaired partial (``Reduce.repair``, from
+    ``schedule/chain.rolling``). Declares the accumulators and ``redo``: a row whose
+    producers end non-finite is redone by the passes that follow, without repairs, so
+    it gives the reference's values (nan where it has nan). Empty when not rolling."""
+    reduces = [i for p in passes for i in p]
+    if len(passes) < 2 or any(k.stages[i].repair is None for i in reduces  # type: ignore[union-attr]
+                               if any(isinstance(a, ir.Acc) for a in ir.walk(k.stages[i].expr))):  # type: ignore[union-attr]
+        return []
+    producers = sorted({a.stage for i in reduces for a in ir.walk(k.stages[i].expr)  # type: ignore[union-attr]
+                        if isinstance(a, ir.Acc)})
+    n = k.inner[0]
+    out = []
+    for i in reduces:
+        s = k.stages[i]
+        assert isinstance(s, ir.Reduce)
+        out.append(f"{vtype(s.dtype)} acc{i} = {_reduce_init(s.op, s.dtype)}; int nan{i} = 0;")
+    for p in producers:
+        out.append(f"float ns{p} = {_safe(k.stages[p].op, f'acc{p}')};")  # type: ignore[union-attr]
+    out.append(f"for (int64_t j0 = 0; j0 < {n}; j0 += {ROLL_TILE}) {{")
+    out.append(f"    const int64_t j1 = j0 + {ROLL_TILE} < {n} ? j0 + {ROLL_TILE} : {n};")
+    for p in producers:
+        out.append(f"    const float os{p} = ns{p};")
+    for level in passes:
+        clauses = ""
+        for i in level:
+            s = k.stages[i]
+            assert isinstance(s, ir.Reduce)
+            out.append(f"    {vtype(s.dtype)} red{i} = {_reduce_init(s.op, s.dtype)}; int rnan{i} = 0;")
+            clauses += f" reduction({_OMP[s.op]}:red{i}) reduction(|:rnan{i})"
+        r = Renderer(coords, prefix=f"w{level[0]}_", acc="ns{}", n_outer=n_out, hoisted=hoisted)
+        body = _fold(k, level, r, "red{}", "rnan{}")
+        out.append(f"    #pragma omp simd{clauses}")
+        out.append("    for (int64_t i0 = j0; i0 < j1; i0++) {")
+        out += ["        " + b for b in body]
+        out.append("    }")
+        for i in level:
+            s = k.stages[i]
+            assert isinstance(s, ir.Reduce)
+            old = f"acc{i}"
+            if s.repair is not None:
+                rr = Renderer(coords, prefix=f"h{i}_", acc="ns{}", n_outer=n_out, hoisted=hoisted)
+                rr.memo[ir.Var("t", s.dtype)] = old
+                old = rr.expr(s.repair)
+                out += ["    " + t for t in rr.take()]
+            out.append(f"    {{ {vtype(s.dtype)} u = {old}; " + _reduce_update(s.op, "u", f"red{i}", s.dtype)
+                       + f" acc{i} = u; nan{i} |= rnan{i}; }}")
+            if i in producers:
+                out.append(f"    ns{i} = {_safe(s.op, f'acc{i}')};")
+    out.append("}")
+    checks = " || ".join(f"nan{p} || !isfinite(acc{p})" for p in producers) or "0"
+    out.append(f"const int redo = {checks};")
+    for i in reduces:
+        if _is_float_minmax(k.stages[i]):  # type: ignore[arg-type]
+            out.append(f"if (nan{i}) acc{i} = NAN;")
+    return out
+
+
 def kernel_source(k: ir.Kernel, name: str) -> str:
     """The C source of one kernel: ``void name(void **args, int64_t nthreads)``."""
     n_out, n_in = len(k.outer), len(k.inner)
@@ -451,14 +525,19 @@ def kernel_source(k: ir.Kernel, name: str) -> str:
 
     passes = _passes(k)
     stash = _stashes(k, passes)
+    rolled = _rolling(k, passes, coords, n_out, hoisted)
+    if rolled:
+        lines += [body_indent + t for t in rolled]
+        lines.append(f"{body_indent}if (redo) {{")
     for p in passes:
         clauses = []
         for i in p:
             s = k.stages[i]
             assert isinstance(s, ir.Reduce)
-            lines.append(f"{body_indent}{vtype(s.dtype)} acc{i} = {_reduce_init(s.op, s.dtype)};")
+            decl = "" if rolled else f"{vtype(s.dtype)} "
+            lines.append(f"{body_indent}{decl}acc{i} = {_reduce_init(s.op, s.dtype)};")
             if _is_float_minmax(s):
-                lines.append(f"{body_indent}int nan{i} = 0;")
+                lines.append(f"{body_indent}{'' if rolled else 'int '}nan{i} = 0;")
                 clauses.append(f" reduction(|:nan{i})")
             clauses.append(f" reduction({_OMP[s.op]}:acc{i})")
         fold = Renderer(coords, n_outer=n_out, hoisted=hoisted)
@@ -469,6 +548,8 @@ def kernel_source(k: ir.Kernel, name: str) -> str:
         for i in p:
             if _is_float_minmax(k.stages[i]):  # type: ignore[arg-type]
                 lines.append(f"{body_indent}if (nan{i}) acc{i} = NAN;")
+    if rolled:
+        lines.append(f"{body_indent}}}")
     row = Renderer(coords, prefix="r", n_outer=n_out, hoisted=hoisted)
     row_stores = [row.store(s.arg, s.index, s.expr, k.args[s.arg][0]) for s in k.stages if isinstance(s, ir.StoreRow)]
     lines += [body_indent + t for t in row.take() + row_stores]

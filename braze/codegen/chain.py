@@ -29,7 +29,7 @@ from math import prod
 
 from .. import dtypes as dt
 from .. import ir
-from .c import Renderer, _reduce_init, _reduce_update, _passes
+from .c import Renderer, _passes, _reduce_init, _reduce_update, _safe
 
 BQ = 48  # rows per task (a multiple of the GEMM tile's 6): each packed B and V tile serves them all
 BK = 96  # row-axis tile: scores, weights and packed tiles are BQ x BK / BK x D / BK x E
@@ -43,15 +43,6 @@ def _the_dot(k: ir.Kernel) -> ir.Dot:
     dots = {n for s in k.stages for e in ir.stage_exprs(s) for n in ir.walk(e) if isinstance(n, ir.Dot)}
     assert len(dots) == 1, "a chain kernel has one first matmul"
     return dots.pop()
-
-
-def _safe(op: str, name: str) -> str:
-    """A running max/min as the repair terms see it: 0 while it is still infinite."""
-    if op == "amax":
-        return f"({name} == -INFINITY ? 0.0f : {name})"
-    if op == "amin":
-        return f"({name} == INFINITY ? 0.0f : {name})"
-    return name
 
 
 def _score_node(k: ir.Kernel, dot: ir.Dot) -> ir.Expr | None:

@@ -151,7 +151,7 @@ def build(s: "Scheduler", chain: Chain) -> str:
     if pv is None or pv.row or affine(p.layout, range(ndim), ndim) != pv.index:
         return _abandon(s, g, "the second matmul reads the scores' row through a view")
     weight, post = _row_factors(pv.expr, len(g.outer))
-    repairs = _repairs(g.stages, weight)
+    repairs = _repairs(g.stages, weight, len(g.outer))
     if isinstance(repairs, str):
         return _abandon(s, g, repairs)
     stages, w_repair = repairs
@@ -201,7 +201,7 @@ def _producers(e: ir.Expr) -> list[int]:
     return sorted({n.stage for n in ir.walk(e) if isinstance(n, ir.Acc)})
 
 
-def _repairs(stages: list[ir.Stage], weight: ir.Expr) -> tuple[list[ir.Stage], ir.Expr | None] | str:
+def _repairs(stages: list[ir.Stage], weight: ir.Expr, n_outer: int) -> tuple[list[ir.Stage], ir.Expr | None] | str:
     """Each reduction's (and the contraction's) repair term, as IR over ``Var``s."""
     out: list[ir.Stage] = []
     for st in stages:
@@ -209,23 +209,78 @@ def _repairs(stages: list[ir.Stage], weight: ir.Expr) -> tuple[list[ir.Stage], i
             return "the chain stores element values"
         if st.dtype is not dt.float32:
             return f"a {st.dtype.name} {st.op} inside the chain"
-        h = _repair_term(st.expr, st.op)
+        h = _repair_term(st.expr, st.op, n_outer)
         if isinstance(h, str):
             return h
         out.append(replace(st, repair=h))
-    h = _repair_term(weight, "sum")
+    h = _repair_term(weight, "sum", n_outer)
     if isinstance(h, str):
         return h
     return out, h
 
 
-def _repair_term(e: ir.Expr, op: str) -> ir.Expr | None | str:
-    ps = _producers(e)
-    if not ps:
+def _repair_term(e: ir.Expr, op: str, n_outer: int) -> ir.Expr | None | str:
+    """``h(t, old, new)`` for a fold of ``e`` as IR over ``Var``s: ``t``, and ``os{p}`` /
+    ``ns{p}`` for the old and new (running) values of each earlier reduction p. A part
+    of ``e`` that is a function of the running values alone (logsumexp's
+    ``where(isfinite(m), m, 0)``) is one producer for the derivation, evaluated at the
+    old and at the new values."""
+    if not _producers(e):
         return None
-    r = repair.derive_ir(e, ps, op)
+    phis: list[ir.Expr] = []
+
+    def lift(x: ir.Expr) -> ir.Expr:
+        if not any(isinstance(n, ir.Acc) for n in ir.walk(x)):
+            return x
+        if not ir.uses_inner(x, n_outer) and not any(isinstance(n, ir.Dot) for n in ir.walk(x)):
+            if x not in phis:
+                phis.append(x)
+            return ir.Acc(-1 - phis.index(x), x.dtype)
+        assert isinstance(x, ir.Op)
+        return ir.Op(x.name, tuple(lift(a) for a in x.args), x.dtype, x.attrs)
+
+    lifted = lift(e)
+    r = repair.derive_ir(lifted, [-1 - i for i in range(len(phis))], op)
     if isinstance(r, str):
         return f"no repair term for {op}: {r}"
     f32 = dt.float32
-    return r.apply(ir.Var("t", f32), [ir.Var(f"os{p}", f32) for p in ps], [ir.Var(f"ns{p}", f32) for p in ps])
+    return r.apply(ir.Var("t", f32), [_at(phi, "os") for phi in phis], [_at(phi, "ns") for phi in phis])
 
+
+def _at(e: ir.Expr, which: str) -> ir.Expr:
+    """``e`` with every running value ``Acc(p)`` read as the variable ``{which}{p}``."""
+    if isinstance(e, ir.Acc):
+        return ir.Var(f"{which}{e.stage}", e.dtype)
+    if isinstance(e, ir.Op):
+        return ir.Op(e.name, tuple(_at(a, which) for a in e.args), e.dtype, e.attrs)
+    return e
+
+
+
+#: Rows at least this long fold dependent reductions in one rolling pass (below, the
+#: row is in L1 and a second pass over it costs less than deriving the repair terms).
+ROLL_MIN = 8192
+
+
+def rolling(stages: list[ir.Stage], n_outer: int, inner: tuple[int, ...]) -> list[ir.Stage]:
+    """Neptune's rolling update for an ordinary row kernel whose results are per row
+    (logsumexp, cross-entropy's normaliser): reductions that read earlier ones get
+    their repair terms, so the C renderer folds all of them in one pass over the row
+    instead of one pass per level. Kernels that store element values (softmax) keep
+    their passes: the store needs the final values anyway, and the last pass stashes
+    what it computed for it. Unchanged when any repair cannot be derived."""
+    reduces = [st for st in stages if isinstance(st, ir.Reduce)]
+    dependent = [st for st in reduces if _producers(st.expr)]
+    if not dependent or len(inner) != 1 or inner[0] < ROLL_MIN \
+            or any(isinstance(st, (ir.Store, ir.Contract)) for st in stages) \
+            or any(st.dtype is not dt.float32 for st in reduces):
+        return stages
+    out: list[ir.Stage] = []
+    for st in stages:
+        if isinstance(st, ir.Reduce) and _producers(st.expr):
+            h = _repair_term(st.expr, st.op, n_outer)
+            if h is None or isinstance(h, str):
+                return stages
+            st = replace(st, repair=h)
+        out.append(st)
+    return out

@@ -75,7 +75,7 @@ class Group:
     values: dict[Key, Value] = field(default_factory=dict)
     members: list[int] = field(default_factory=list)
     #: kernel argument of each storage read from memory: keyed by the storage, or, for a
-    #: tensor that exists before the flush, by (storage, node, input): its offset (a slice
+    #: tensor that exists before the flush, by (storage, offset): the offset (a slice
     #: bound) is then a placeholder, added to the argument's pointer at run time
     loads: dict[Any, int] = field(default_factory=dict)
     loaded: set[Key] = field(default_factory=set)  # storages read from memory
@@ -378,9 +378,12 @@ class Scheduler:
         if storage.array is None:
             arg = g.loads.setdefault(k, len(g.loads))
         else:
-            arg = g.loads.setdefault((k, *ref), len(g.loads))
-            g.refs[arg] = ref
-            index = ir.Affine(index.offset - self.nodes[ref[0]].inputs[ref[1]].layout.offset, index.coeffs)
+            # one argument per (storage, offset): the plan's key says which operands share
+            # an offset, so operands that do now will on every replay
+            offset = self.nodes[ref[0]].inputs[ref[1]].layout.offset
+            arg = g.loads.setdefault((k, offset), len(g.loads))
+            g.refs.setdefault(arg, ref)
+            index = ir.Affine(index.offset - offset, index.coeffs)
         return ir.Load(arg, index, storage.dtype)
 
     def add(self, g: Group, i: int, node: Any) -> bool:
@@ -465,6 +468,8 @@ class Scheduler:
             return
         order = sorted(args, key=lambda a: args[a])
         keys = [a if isinstance(a, int) else a[0] for a in order]
+        if g.contract is None:
+            stages = chain.rolling(stages, len(g.outer), g.inner)
         kernel = ir.Kernel(g.outer, g.inner, stages, [(self.dtypes[k], k in outputs) for k in keys])
         self.steps.append(KernelStep(kernel, keys, outputs, sorted(members), [g.refs.get(args[a]) for a in order]))
 
