@@ -57,6 +57,9 @@ def normalize_dims(op: str, dims: int | Sequence[int] | None, ndim: int) -> tupl
 
 def broadcast_shapes(op: str, *shapes: Shape) -> Shape:
     """NumPy/PyTorch broadcasting: align right, sizes equal or 1."""
+    first = shapes[0] if shapes else ()
+    if all(s == first for s in shapes):  # the common case, on every recorded op
+        return tuple(first)
     ndim = max((len(s) for s in shapes), default=0)
     out = []
     for i in range(-ndim, 0):

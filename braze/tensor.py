@@ -917,9 +917,20 @@ def _shape_arg_infer(op: str, shape: tuple[Any, ...]) -> Shape:
 
 # -- indexing ----------------------------------------------------------------------------------
 
+_BASIC = (slice, int, type(None), type(Ellipsis))
+
+
 def _expand_index(x: Tensor, index: Any) -> tuple[Any, ...]:
     if not isinstance(index, tuple):
         index = (index,)
+    if _b.all(type(i) in _BASIC for i in index):  # the common case, counted in one pass
+        n_real = _b.sum(1 for i in index if i is not None and i is not Ellipsis)
+        n_ell = index.count(Ellipsis)
+        if n_ell == 0 and n_real <= x.ndim:
+            return index
+        if n_ell == 1 and n_real <= x.ndim:
+            pos = index.index(Ellipsis)
+            return index[:pos] + (slice(None),) * (x.ndim - n_real) + index[pos + 1:]
     n_real = _b.sum(1 for i in index if i is not None and i is not Ellipsis and not (
         isinstance(i, Tensor) and i.dtype is dt.bool_) and not isinstance(i, bool))
     n_real += _b.sum(i.ndim for i in index if isinstance(i, Tensor) and i.dtype is dt.bool_)
@@ -955,6 +966,9 @@ def _getitem(x: Tensor, index: Any) -> Tensor:
                 raise IndexOutOfRange("__getitem__", int(item), n, dim)
             lay = lay.select(dim, int(item) % n)
         elif isinstance(item, slice):
+            if item.start is None and item.stop is None and item.step is None:
+                dim += 1  # a full slice (``...`` expands to them): the same layout
+                continue
             n = lay.shape[dim]
             step = 1 if item.step is None else int(item.step)
             if step <= 0:

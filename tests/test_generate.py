@@ -132,3 +132,21 @@ def test_held_back_text_is_released_when_it_is_not_a_stop(smollm: Any) -> None:
     script = _script_for(tok, " ST then more")
     model = Scripted(script, vocab=tok.vocab_size)
     assert "".join(generate_text(model, tok, "x", len(script), stop=["STOP"])) == " ST then more"
+
+
+def test_decoding_replays_one_fused_plan(smollm: Any, monkeypatch: Any, capfd: Any) -> None:
+    """Every decode step has the same shapes (attention over the whole preallocated
+    cache, positions not written yet masked off; the position is a scalar, the cache
+    write a placeholder offset), so after the first step each one is a plan hit, and
+    nothing falls back to the reference executor. Greedy ids equal the unfused run's."""
+    monkeypatch.setenv("BRAZE_FUSION", "1")
+    ids = smollm.tokenizer.encode("The capital of France is")
+    braze.reset_stats()
+    fused = list(generate_ids(smollm.model, ids, 12))
+    st = braze.stats()
+    # the prefill and the first decode step build plans (two each when a forward pass
+    # is longer than the stream's flush limit); every later flush replays one
+    assert st["plan_misses"] <= 4 and st["plan_hits"] >= st["flushes"] - 4, st
+    assert "running it on the reference executor" not in capfd.readouterr().err
+    monkeypatch.setenv("BRAZE_FUSION", "0")
+    assert list(generate_ids(smollm.model, ids, 12)) == fused

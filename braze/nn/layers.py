@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..dtypes import DType
-from ..tensor import Tensor, cat, from_numpy, stack, zeros
+from ..tensor import Tensor, arange, cat, from_numpy, stack, zeros
 from . import functional as F
 from .module import Module
 
@@ -221,6 +221,14 @@ class Attention(Module):
             q, k = self.rotary(q, offset), self.rotary(k, offset)
         if cache is not None:
             k, v = cache.append(k, v)
+            if t == 1 and mask is None:
+                # Decoding: attend over the whole preallocated cache with the positions
+                # not written yet masked off. Every step then has the same shapes (the
+                # position is a scalar, the write offset a placeholder), so it replays one
+                # fused plan; the mask is coordinate arithmetic in the attention kernel,
+                # whose tiles past the position are skipped.
+                k, v = cache.k, cache.v
+                mask = arange(cache.max_len).unsqueeze(0) < cache.length
         if mask is None and t > 1:
             mask = F.causal_mask(t, k.shape[-2])
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)

@@ -113,6 +113,8 @@ def _cat(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | No
         if n:  # an empty input contributes nothing (and must never be read)
             pieces.append((start, start + n, _shifted(a, {coord: start}, ((coord, start, start + n),))))
         start += n
+    if not pieces:  # every input is empty along dim: so is the output (never read)
+        return ir.Const(0, out)
     expr = pieces[-1][2]
     for lo, hi, load in reversed(pieces[:-1]):
         expr = ir.Op("where", (ir.Op("lt", (ir.Coord(coord, dt.int64), ir.Const(hi, dt.int64)), dt.bool_),

@@ -82,9 +82,12 @@ def require(op: str, dtype: DType, kinds: str, dtypes: Sequence[DType] | None = 
 
 
 def dtype_keep(kinds: str = "float int uint bool") -> DtypeRule:
+    allowed = frozenset(kinds.split())
+
     def rule(op: str, dtypes: Sequence[DType], attrs: dict[str, Any]) -> list[DType]:
         d = same_dtypes(op, dtypes)
-        require(op, d, kinds, dtypes)
+        if d.kind not in allowed:
+            require(op, d, kinds, dtypes)  # raises, naming what was expected
         return [d]
     return rule
 
