@@ -788,14 +788,29 @@ def _record(op: str, inputs: Sequence[Tensor], **attrs: Any) -> Any:
     tensor (or a tuple for multi-output ops). Nothing is recorded if a rule raises."""
     opdef = REGISTRY[op]
     device = _same_device(op, inputs)
-    shapes = opdef.shape(op, [t.shape for t in inputs], attrs)
-    dtypes = opdef.dtype(op, [t.dtype for t in inputs], attrs)
-    memory.check(_b.sum(prod(s) * d.itemsize for s, d in zip(shapes, dtypes)), op)
-    outs = [Tensor(Storage(d, device, prod(s)), Layout.contiguous(s)) for s, d in zip(shapes, dtypes)]
-    node = Node(opdef, tuple(Operand(t._storage, t._layout) for t in inputs),
-                tuple(Operand(t._storage, t._layout) for t in outs), attrs)
+    shapes = opdef.shape(op, [t._layout.shape for t in inputs], attrs)
+    dtypes = opdef.dtype(op, [t._storage.dtype for t in inputs], attrs)
+    if memory.limited():
+        memory.check(_b.sum(prod(s) * d.itemsize for s, d in zip(shapes, dtypes)), op)
+    outs = [Tensor(Storage(d, device, prod(s)), _contiguous(s)) for s, d in zip(shapes, dtypes)]
+    node = Node(opdef, tuple([Operand(t._storage, t._layout) for t in inputs]),
+                tuple([Operand(t._storage, t._layout) for t in outs]), attrs)
     stream(str(device)).record(node)
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+_CONTIGUOUS: dict[Shape, Layout] = {}
+
+
+def _contiguous(shape: Shape) -> Layout:
+    """``Layout.contiguous`` for an op's output, memoised: the same shapes recur on
+    every step of a loop, and layouts are immutable values."""
+    lay = _CONTIGUOUS.get(shape)
+    if lay is None:
+        if len(_CONTIGUOUS) > 4096:
+            _CONTIGUOUS.clear()
+        lay = _CONTIGUOUS[shape] = Layout.contiguous(shape)
+    return lay
 
 
 _CONSTS: dict[tuple[Any, ...], Storage] = {}

@@ -47,6 +47,11 @@ def available() -> int:
     return _system_available()
 
 
+def limited() -> bool:
+    """Is there a budget to check requests against (``braze.set_memory_limit``)?"""
+    return _limit is not None
+
+
 def check(nbytes: int, op: str | None = None) -> None:
     """Raise OutOfMemory now if ``nbytes`` cannot fit: used when an op is recorded, so
     an absurd request fails at the user's line rather than at the flush."""
