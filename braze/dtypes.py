@@ -51,8 +51,10 @@ class DType:
     def __repr__(self) -> str:
         return f"braze.{self.name}"
 
-    def __reduce__(self) -> str:
-        return self.name
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # The singleton by name (stored plans pickle dtypes): ``bool`` is ``bool_`` in
+        # this module, so a name lookup of the attribute would fail for it.
+        return as_dtype, (self.name,)
 
 
 float32 = DType("float32", np.dtype(np.float32), "float", "f32")

@@ -70,7 +70,7 @@ class Plan:
     bind: list[list[tuple[int, int]]] = field(default_factory=list)
 
 
-_PLAN_FORMAT = 3  # bump when the stored schedule's shape changes (2: arena offsets and size, 3: refs)
+_PLAN_FORMAT = 4  # bump when the stored schedule's shape changes (2: arena, 3: refs, 4: rendered C)
 _variants: dict[Any, int] = {}  # how many shapes each shape-free form has been built for
 
 
@@ -311,38 +311,48 @@ def relative_form(nodes: Sequence[Any]) -> tuple[tuple[Any, ...], list[Any], dic
 # -- building a plan ---------------------------------------------------------------------
 
 def _build(nodes: Sequence[Any], form: Form, live: frozenset[int], key: Any) -> Plan:
-    """Schedule (or load the stored schedule of) a stream, then compile its kernels."""
+    """Schedule (or load the stored schedule of) a stream, then compile its kernels.
+    The stored schedule carries its rendered C too, so a new process neither schedules
+    nor renders: it finds the compiled object by the source's hash and loads it."""
     path = _plan_path(key)
     stored = _load(path) if path is not None else None
-    if not (isinstance(stored, tuple) and len(stored) == 5):
+    if not (isinstance(stored, tuple) and len(stored) == 6):
         sched = schedule(nodes, form.key_of, set(live))
         release, intervals = _lifetimes(sched.steps, nodes, form.key_of, live)
         offsets, arena_bytes = place(intervals, {k: form.storages[k].numel * form.storages[k].dtype.itemsize
                                                  for k in intervals})
-        stored = (sched.steps, sched.materialized, release, offsets, arena_bytes)
+        stored = (sched.steps, sched.materialized, release, offsets, arena_bytes, _render(sched.steps))
         if path is not None:
             _save(path, stored)
-    steps, materialized, release, offsets, arena_bytes = stored
-    return Plan(_compile(steps), materialized, release, offsets, arena_bytes, _binds(steps, offsets))
+    steps, materialized, release, offsets, arena_bytes, rendered = stored
+    return Plan(_compile(steps, rendered), materialized, release, offsets, arena_bytes, _binds(steps, offsets))
 
 
-def _compile(sched_steps: Sequence[Any]) -> list[CompiledKernel | ExternStep]:
-    kernel_steps = [s for s in sched_steps if isinstance(s, KernelStep)]
-    compiled: dict[int, Any] = {}
-    if kernel_steps:
-        # Identical kernels (every layer of a model computes the same thing on other
-        # weights) are compiled once: kernels read their buffers through arguments.
-        unique: dict[str, str] = {}
-        name_of: dict[int, str] = {}
-        for st in kernel_steps:
+Rendered = tuple[str, list[str], list[str]]  # module source, its kernel names, each kernel step's name
+
+
+def _render(sched_steps: Sequence[Any]) -> Rendered:
+    """The C module of a schedule's kernels. Identical kernels (every layer of a model
+    computes the same thing on other weights) are rendered, and compiled, once:
+    kernels read their buffers through arguments."""
+    unique: dict[str, str] = {}
+    step_names = []
+    for st in sched_steps:
+        if isinstance(st, KernelStep):
             body = kernel_source(st.kernel, "KERNEL")
-            name_of[id(st)] = unique.setdefault(body, f"braze_k{len(unique)}")
-        source = module_source([body.replace("KERNEL", n, 1) for body, n in unique.items()])
-        lib = cpu.compile_c(source, list(unique.values()))
-        fns = {n: lib.function(n, [ctypes.c_void_p, ctypes.c_int64]) for n in unique.values()}
-        for st in kernel_steps:
-            compiled[id(st)] = fns[name_of[id(st)]]
-    return [CompiledKernel(s, compiled[id(s)]) if isinstance(s, KernelStep) else s for s in sched_steps]
+            step_names.append(unique.setdefault(body, f"braze_k{len(unique)}"))
+    source = module_source([body.replace("KERNEL", n, 1) for body, n in unique.items()]) if unique else ""
+    return source, list(unique.values()), step_names
+
+
+def _compile(sched_steps: Sequence[Any], rendered: Rendered) -> list[CompiledKernel | ExternStep]:
+    source, names, step_names = rendered
+    fns: dict[str, Any] = {}
+    if names:
+        lib = cpu.compile_c(source, names)
+        fns = {n: lib.function(n, [ctypes.c_void_p, ctypes.c_int64]) for n in names}
+    named = iter(step_names)
+    return [CompiledKernel(s, fns[next(named)]) if isinstance(s, KernelStep) else s for s in sched_steps]
 
 
 def _lifetimes(steps: Sequence[Any], nodes: Sequence[Any], key_of: dict[int, int],
@@ -423,14 +433,16 @@ _code_id: str | None = None
 
 
 def _code_identity() -> str:
-    """A hash of the code that decides a schedule, so a stored plan from another braze
-    (a new release, or a working tree being edited) is never replayed."""
+    """A hash of the code that decides a schedule and renders its C, so a stored plan
+    from another braze (a new release, or a working tree being edited) is never
+    replayed."""
     global _code_id
     if _code_id is None:
         root = Path(__file__).parent
         h = hashlib.sha256()
         for f in sorted([root / "plan.py", root / "ir.py", root / "ops" / "lowering.py",
-                         *(root / "schedule").glob("*.py")]):
+                         *(root / "schedule").glob("*.py"), *(root / "codegen").glob("*.py"),
+                         *(root / "codegen").glob("*.h")]):
             h.update(f.read_bytes())
         _code_id = h.hexdigest()
     return _code_id

@@ -379,3 +379,12 @@ def test_a_warm_cache_in_a_new_process_compiles_and_schedules_nothing(tmp_path: 
     second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert int(first.stdout.split()[0]) >= 1 and int(second.stdout.split()[0]) == 0
     assert first.stdout.split()[1:] == second.stdout.split()[1:] == ["3", str(2 * 256 * 256 * 4), "2.0"]
+
+
+def test_every_dtype_pickles_to_its_singleton() -> None:
+    """Stored plans pickle dtypes; a plan with a bool value (a mask) must be storable
+    (it was not, and every new process scheduled attention again)."""
+    import pickle
+    from braze import dtypes
+    for d in dtypes.ALL:
+        assert pickle.loads(pickle.dumps(d)) is d
