@@ -35,6 +35,11 @@ BQ = 48  # rows per task (a multiple of the GEMM tile's 6): each packed B and V 
 BK = 96  # row-axis tile: scores, weights and packed tiles are BQ x BK / BK x D / BK x E
 
 
+def tile_bytes(d: int, e: int) -> int:
+    """Stack bytes of one task's tiles for head dims ``d`` (scores) and ``e`` (values)."""
+    return 4 * (BQ * d + d * BK + 2 * BQ * BK + BK * e + BQ * e)
+
+
 def is_chain(k: ir.Kernel) -> bool:
     return any(isinstance(s, ir.Contract) for s in k.stages)
 
@@ -109,6 +114,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     tasks = n_batch * blocks
     ntiles = -(-n // BK)
     skip = _skip_rule(k, dot, n_outer)
+    score = _score_node(k, dot)
     n_part = BQ * (2 * len(reduces) + e)  # a split's partial results for one block
 
     names = iter(range(1 << 30))
@@ -229,12 +235,22 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         if with_contract and weight_in is None:
             loops.append([])
             weight_in = len(loops) - 1
+        # The first loop leaves each score's value (mask and scale applied: the one
+        # score node every fold reads) in the scores tile, so later loops read it back
+        # instead of recomputing it.
+        stashed = False
         for n_loop, ids in enumerate(loops):
             r = R(acc)
-            r.memo[dot] = "sv"
+            if stashed:
+                r.memo[score] = "sv"
+            else:
+                r.memo[dot] = "sv"
             xs = {i: r.expr(k.stages[i].expr) for i in ids}  # type: ignore[union-attr]
             w = r.expr(contract.weight) if n_loop == weight_in else None
             fold = r.take()
+            if not stashed and score is not None and score in r.memo and n_loop < len(loops) - 1:
+                fold.append(f"st[ii * {BK} + jj] = {r.memo[score]};")
+                stashed = True
             clauses = ""
             for i in ids:
                 s = k.stages[i]

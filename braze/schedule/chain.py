@@ -42,9 +42,9 @@ from . import repair
 if TYPE_CHECKING:
     from .fuse import Group, Scheduler
 
-#: Element-wise work inside a chain may not read more than this many bytes of tiles
-#: per kernel instance (the tiles live on the stack of each thread).
-TILE_BYTES = 256 * 1024
+#: A chain kernel keeps its tiles on each thread's stack: head dims whose tiles would
+#: need more than this are not fused.
+TILE_BYTES = 512 * 1024
 
 
 @dataclass
@@ -120,11 +120,12 @@ def build(s: "Scheduler", chain: Chain) -> str:
     out = first.outputs[0]
     shape = out.layout.shape
     batch = len(shape) - 2
-    n_len, d_len = shape[-1], first.inputs[0].layout.shape[-1]
+    d_len = first.inputs[0].layout.shape[-1]
     ndim = len(shape)
     v_in = last.inputs[1]
     e_len = v_in.layout.shape[-1]
-    tile = 4 * (64 * (d_len + e_len) * 2 + 64 * 64)
+    from ..codegen.chain import tile_bytes
+    tile = tile_bytes(d_len, e_len)
     if tile > TILE_BYTES:
         return f"tiles of {tile} bytes for head dims {d_len}, {e_len}"
     g = Group(len(s.groups), shape[:-1], shape[-1:], shape, tuple(range(ndim)))
