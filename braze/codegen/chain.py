@@ -241,7 +241,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         stashed = False
         for n_loop, ids in enumerate(loops):
             r = R(acc)
-            if stashed:
+            if stashed and score is not None:
                 r.memo[score] = "sv"
             else:
                 r.memo[dot] = "sv"
@@ -400,9 +400,9 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     out = lines
     # Every block of rows of a batch reads the same key and value tiles: with several
     # blocks, pack them all once (transposed keys), in parallel, before the main loop.
-    out.append(f"    float *kpack = {'0' if blocks < 4 else f'(float *)malloc(sizeof(float) * {n_batch * ntiles * d * BK})'};")
-    out.append(f"    float *vpack = kpack ? (float *)malloc(sizeof(float) * {n_batch * ntiles * BK * e}) : 0;")
-    out.append("    if (!vpack) { free(kpack); kpack = 0; }")
+    kn, vn = n_batch * ntiles * d * BK, n_batch * ntiles * BK * e
+    out.append(f"    float *kpack = {'0' if blocks < 4 else f'(float *)malloc(sizeof(float) * {kn + vn})'};")
+    out.append(f"    float *vpack = kpack ? kpack + {kn} : 0;")
     out.append("    if (kpack) {")
     out.append(f"        #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)")
     out.append(f"        for (int64_t tile = 0; tile < {n_batch * ntiles}; tile++) {{")
@@ -447,6 +447,6 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     out.append("        }")
     out.append("        free(parts);")
     out.append("    }")
-    out.append("    free(kpack); free(vpack);")
+    out.append("    free(kpack);")
     out.append("}")
     return "\n".join(out)
