@@ -89,6 +89,20 @@ def _skip_rule(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr, ir.Exp
     return x, c, uses_dot[1], fill
 
 
+def _row_parts(r: Renderer, e: ir.Expr, t: ir.Var) -> list[str]:
+    """Render the largest parts of ``e`` that do not read ``t`` into ``r``'s memo and
+    return their statements, to emit outside the loop over ``t``'s elements."""
+    def visit(x: ir.Expr) -> None:
+        if t not in set(ir.walk(x)):
+            if isinstance(x, ir.Op):
+                r.expr(x)
+        elif isinstance(x, ir.Op):
+            for a in x.args:
+                visit(a)
+    visit(e)
+    return r.take()
+
+
 def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) -> str:
     n_outer = len(k.outer)
     n = k.inner[0]
@@ -290,7 +304,10 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         if with_contract:
             if rolling and contract.repair is not None:
                 rr = R(acc)
-                rr.memo[ir.Var("t", contract.repair.dtype)] = "tv"
+                t = ir.Var("t", contract.repair.dtype)
+                # the parts of h that do not read t (exp(m - m')) once per row, not per element
+                body += ["        " + x for x in _row_parts(rr, contract.repair, t)]
+                rr.memo[t] = "tv"
                 h = rr.expr(contract.repair)
                 pre = rr.take()
                 body.append("        #pragma omp simd")
