@@ -62,7 +62,6 @@ import contextlib
 import ctypes
 import datetime as _dt
 import gc
-import json
 import math
 import os
 import statistics
@@ -90,6 +89,7 @@ from .harness import (
     env,
     loadavg,
     machine,
+    write_results,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -598,14 +598,7 @@ def main(argv: list[str] | None = None) -> int:
                 torch.set_num_threads(saved_threads[2])
     res["loadavg_end"] = loadavg()
     res["targets"] = targets(res) if mode == "full" else []
-    md = markdown(res)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"attention-{_dt.date.today().isoformat()}" + ("-smoke" if args.smoke else "")
-    res["markdown"] = md
-    (out / f"{stem}.json").write_text(json.dumps(res, indent=1) + "\n")
-    print(md)
-    log(f"wrote {out / stem}.json ({res['seconds']:.0f} s)")
+    write_results(res, markdown(res), args.out, "attention", args.smoke, log)
     return 0
 
 

@@ -210,3 +210,18 @@ def blas_get_num_threads() -> int | None:
         return None
     fn.restype = ctypes.c_int
     return int(fn())
+
+
+def write_results(res: dict[str, Any], md: str, out_dir: str, name: str, smoke: bool,
+                  log: Callable[[str], None]) -> None:
+    """Write a benchmark's results as ``<out_dir>/<name>-<date>[-smoke].json`` (the
+    markdown table inside, under "markdown") and print the table."""
+    import datetime
+    import json
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"{name}-{datetime.date.today().isoformat()}" + ("-smoke" if smoke else "")
+    res["markdown"] = md
+    (out / f"{stem}.json").write_text(json.dumps(res, indent=1) + "\n")
+    print(md)
+    log(f"wrote {out / stem}.json ({res['seconds']:.0f} s)")

@@ -176,45 +176,41 @@ class Form:
         """Number the node's storages, count its operands, append and return its entry.
         A storage pending or realised when its node is recorded still is at the flush
         (nothing runs in between), so numbering now or then gives the same entry."""
-        key_of, storages, refs = self.key_of, self.storages, self.refs
-        self.marks.append(len(storages))
+        self.marks.append(len(self.storages))
         self.off_marks.append(len(self.off_keys))
         ins = []
         for o in node.inputs:
-            st = o.storage
-            k = key_of.get(id(st))
-            if k is None:
-                k = key_of[id(st)] = len(storages)
-                storages.append(st)
-                refs.append(1)
-            else:
-                refs[k] += 1
-            lay = o.layout
+            k, _ = self._rel(o.storage)
+            lay, pending = o.layout, o.storage.array is None
             # The offset of a tensor that exists before the flush (a slice bound) is a
             # placeholder: kernels get it at run time (``KernelStep.refs``).
-            pending = st.array is None
             ins.append((k, lay.shape, lay.strides, lay.offset if pending else self._offset(k, lay.offset),
-                        st.dtype.name, pending))
+                        o.storage.dtype.name, pending))
         outs = []
         pure = not node.op.inplace
         for o in node.outputs:
-            st = o.storage
-            k = key_of.get(id(st))
-            if k is None:
-                k = key_of[id(st)] = len(storages)
-                storages.append(st)
-                refs.append(1)
-                if pure:
-                    self.produced.append(k)
-            else:
-                refs[k] += 1
+            k, new = self._rel(o.storage)
+            if new and pure:
+                self.produced.append(k)
             lay = o.layout
-            outs.append((k, lay.shape, lay.strides, lay.offset if st.array is None else self._offset(k, lay.offset),
-                         st.dtype.name))
+            outs.append((k, lay.shape, lay.strides,
+                         lay.offset if o.storage.array is None else self._offset(k, lay.offset), o.storage.dtype.name))
         attrs = node.attrs
         entry = (node.op.name, _attrs_key(attrs) if attrs else (), tuple(ins), tuple(outs))
         self.entries.append(entry)
         return entry
+
+    def _rel(self, st: Any) -> tuple[int, bool]:
+        """The relative id of a storage (numbered at its first appearance, then True)
+        and one more operand reference to it."""
+        k = self.key_of.get(id(st))
+        if k is None:
+            k = self.key_of[id(st)] = len(self.storages)
+            self.storages.append(st)
+            self.refs.append(1)
+            return k, True
+        self.refs[k] += 1
+        return k, False
 
     def _offset(self, k: int, offset: int) -> tuple[str, int]:
         c = self.offs.get((k, offset))
@@ -299,13 +295,6 @@ def stored_plans() -> Iterator[Plan]:
         node = todo.pop()
         yield from (node.plans or {}).values()
         todo.extend(node.children.values())
-
-
-def relative_form(nodes: Sequence[Any]) -> tuple[tuple[Any, ...], list[Any], dict[int, int], list[int]]:
-    """The key of a node list, its storages in first-appearance order, the map from
-    storage identity to relative id, and how many operand references each has."""
-    form = Form.of(nodes)
-    return tuple(form.entries), form.storages, form.key_of, form.refs
 
 
 # -- building a plan ---------------------------------------------------------------------

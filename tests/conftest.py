@@ -52,3 +52,17 @@ def smollm_reference() -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def minilm_reference() -> dict[str, Any]:
     return json.loads((DATA / "minilm_reference.json").read_text())  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def new_processes(tmp_path: Any) -> Any:
+    """``run(code)``: ``code`` in two fresh Python processes, one after the other,
+    sharing one fresh braze cache directory, fused; their standard outputs."""
+    import subprocess
+    import sys
+
+    def run(code: str) -> list[str]:
+        env = dict(os.environ, BRAZE_CACHE_DIR=str(tmp_path / "cache"), BRAZE_FUSION="1")
+        return [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                               check=True).stdout for _ in range(2)]
+    return run

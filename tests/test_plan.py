@@ -8,8 +8,6 @@ reference executor pays, so they check the plan cache in both runs of the suite.
 from __future__ import annotations
 
 import gc
-import os
-import subprocess
 import sys
 import weakref
 from typing import Any, Callable, Iterator
@@ -76,7 +74,6 @@ def test_a_repeated_stream_finds_its_plan_with_no_work_at_the_flush(monkeypatch:
     numbered = []
     real = plan.Form._number
     monkeypatch.setattr(plan.Form, "_number", lambda self, node: numbered.append(node) or real(self, node))
-    monkeypatch.setattr(plan, "relative_form", None)  # not called on the way
     braze.reset_stats()
     y.numpy()
     assert braze.stats()["plan_hits"] == 1 and braze.stats()["plan_misses"] == 0
@@ -365,7 +362,7 @@ def test_the_arena_block_is_aligned() -> None:
         assert a.ctypes.data % memory.ARENA_ALIGN == 0 and a.nbytes == n
 
 
-def test_a_warm_cache_in_a_new_process_compiles_and_schedules_nothing(tmp_path: Any) -> None:
+def test_a_warm_cache_in_a_new_process_compiles_and_schedules_nothing(new_processes: Any) -> None:
     code = ("import braze, numpy as np\n"
             "from braze import plan\n"
             "x = braze.from_numpy(np.ones((256, 256), np.float32))\n"
@@ -374,11 +371,9 @@ def test_a_warm_cache_in_a_new_process_compiles_and_schedules_nothing(tmp_path: 
             "y = chain(x - x.amax(-1, keepdim=True)).numpy()\n"
             "(p,) = plan.stored_plans()\n"
             "print(braze.stats()['kernels_compiled'], len(p.offsets), p.arena_bytes, float(y[0, 0]))\n")
-    env = dict(os.environ, BRAZE_CACHE_DIR=str(tmp_path / "cache"), BRAZE_FUSION="1")
-    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert int(first.stdout.split()[0]) >= 1 and int(second.stdout.split()[0]) == 0
-    assert first.stdout.split()[1:] == second.stdout.split()[1:] == ["3", str(2 * 256 * 256 * 4), "2.0"]
+    first, second = (out.split() for out in new_processes(code))
+    assert int(first[0]) >= 1 and int(second[0]) == 0
+    assert first[1:] == second[1:] == ["3", str(2 * 256 * 256 * 4), "2.0"]
 
 
 def test_every_dtype_pickles_to_its_singleton() -> None:

@@ -417,6 +417,17 @@ def _safe(op: str, name: str) -> str:
     return name
 
 
+def repaired(r: Renderer, h: ir.Expr | None, t: str, d: DType) -> tuple[list[str], str]:
+    """A partial fold ``t`` after its repair term ``h(t, old, new)`` (``Reduce.repair``,
+    ``Contract.repair``): the statements it needs and its value; ``t`` when there is
+    none. The old and new running values are the ``Var``s os{p} / ns{p} in scope."""
+    if h is None:
+        return [], t
+    r.memo[ir.Var("t", d)] = t
+    value = r.expr(h)
+    return r.take(), value
+
+
 def _rolling(k: ir.Kernel, passes: list[list[int]], coords: list[str], n_out: int,
              hoisted: dict[ir.Expr, str]) -> list[str]:
     """The reductions of every pass folded in one walk over the row, in tiles, each
@@ -458,12 +469,9 @@ def _rolling(k: ir.Kernel, passes: list[list[int]], coords: list[str], n_out: in
         for i in level:
             s = k.stages[i]
             assert isinstance(s, ir.Reduce)
-            old = f"acc{i}"
-            if s.repair is not None:
-                rr = Renderer(coords, prefix=f"h{i}_", acc="ns{}", n_outer=n_out, hoisted=hoisted)
-                rr.memo[ir.Var("t", s.dtype)] = old
-                old = rr.expr(s.repair)
-                out += ["    " + t for t in rr.take()]
+            rr = Renderer(coords, prefix=f"h{i}_", acc="ns{}", n_outer=n_out, hoisted=hoisted)
+            stmts, old = repaired(rr, s.repair, f"acc{i}", s.dtype)
+            out += ["    " + t for t in stmts]
             out.append(f"    {{ {vtype(s.dtype)} u = {old}; " + _reduce_update(s.op, "u", f"red{i}", s.dtype)
                        + f" acc{i} = u; nan{i} |= rnan{i}; }}")
             if i in producers:

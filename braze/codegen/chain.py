@@ -29,7 +29,7 @@ from math import prod
 
 from .. import dtypes as dt
 from .. import ir
-from .c import Renderer, _passes, _reduce_init, _reduce_update, _safe
+from .c import Renderer, _passes, _reduce_init, _reduce_update, _safe, repaired
 
 BQ = 48  # rows per task (a multiple of the GEMM tile's 6): each packed B and V tile serves them all
 BK = 96  # row-axis tile: scores, weights and packed tiles are BQ x BK / BK x D / BK x E
@@ -290,13 +290,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                 s = k.stages[i]
                 assert isinstance(s, ir.Reduce)
                 body.append(f"        nan{i}[ii] |= rnan{i};")
-                old = f"acc{i}[ii]"
-                if rolling and s.repair is not None:
-                    rr = R(acc)
-                    rr.memo[ir.Var("t", s.dtype)] = old
-                    h = rr.expr(s.repair)
-                    body += ["        " + t for t in rr.take()]
-                    old = h
+                stmts, old = repaired(R(acc), s.repair if rolling else None, f"acc{i}[ii]", s.dtype)
+                body += ["        " + t for t in stmts]
                 body.append("        { const float t = " + old + "; float u = t; "
                             + _reduce_update(s.op, "u", f"red{i}", s.dtype) + f" acc{i}[ii] = u; }}")
                 if rolling:
@@ -307,9 +302,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                 t = ir.Var("t", contract.repair.dtype)
                 # the parts of h that do not read t (exp(m - m')) once per row, not per element
                 body += ["        " + x for x in _row_parts(rr, contract.repair, t)]
-                rr.memo[t] = "tv"
-                h = rr.expr(contract.repair)
-                pre = rr.take()
+                pre, h = repaired(rr, contract.repair, "tv", t.dtype)
                 body.append("        #pragma omp simd")
                 body.append(f"        for (int64_t dd = 0; dd < {e}; dd++) {{")
                 body.append(f"            const float tv = ot[ii * {e} + dd];")
@@ -386,12 +379,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
             for p in producers:
                 m = reduces.index(p)
                 res.append(f"{ind}        const float os{p} = {_safe(k.stages[p].op, f'part[{2 * m * BQ} + ii]')};")  # type: ignore[union-attr]
-            t = f"part[{2 * n_i * BQ} + ii]"
-            if s.repair is not None:
-                rr = R("ns{}")
-                rr.memo[ir.Var("t", s.dtype)] = t
-                t = rr.expr(s.repair)
-                res += [f"{ind}        " + x for x in rr.take()]
+            stmts, t = repaired(R("ns{}"), s.repair, f"part[{2 * n_i * BQ} + ii]", s.dtype)
+            res += [f"{ind}        " + x for x in stmts]
             res.append(f"{ind}        {{ float u = acc{i}[ii]; " + _reduce_update(s.op, "u", t, s.dtype)
                        + f" acc{i}[ii] = u; nan{i}[ii] |= part[{(2 * n_i + 1) * BQ} + ii] != 0.0f; }}")
             res.append(f"{ind}    }}")
@@ -401,10 +390,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         for p in producers:
             m = reduces.index(p)
             res.append(f"{ind}        const float os{p} = {_safe(k.stages[p].op, f'part[{2 * m * BQ} + ii]')};")  # type: ignore[union-attr]
-        rr = R("ns{}")
-        rr.memo[ir.Var("t", dt.float32)] = "tv"
-        h = rr.expr(contract.repair) if contract.repair is not None else "tv"
-        pre = rr.take()
+        pre, h = repaired(R("ns{}"), contract.repair, "tv", dt.float32)
         res.append(f"{ind}        for (int64_t dd = 0; dd < {e}; dd++) {{")
         res.append(f"{ind}            const float tv = part[{2 * len(reduces) * BQ} + ii * {e} + dd];")
         res += [f"{ind}            " + x for x in pre]
