@@ -39,7 +39,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from .codegen.c import kernel_source, module_source
+from .codegen.c import kernel_source, llc_bytes, module_source
 from .errors import CompileError
 from .runtime import cpu, memory
 from .runtime import reference
@@ -424,11 +424,11 @@ _code_id: str | None = None
 def _code_identity() -> str:
     """A hash of the code that decides a schedule and renders its C, so a stored plan
     from another braze (a new release, or a working tree being edited) is never
-    replayed."""
+    replayed; and of the cache size the renderer chose its stores by (``_streams``)."""
     global _code_id
     if _code_id is None:
         root = Path(__file__).parent
-        h = hashlib.sha256()
+        h = hashlib.sha256(str(llc_bytes()).encode())
         for f in sorted([root / "plan.py", root / "ir.py", root / "ops" / "lowering.py",
                          *(root / "schedule").glob("*.py"), *(root / "codegen").glob("*.py"),
                          *(root / "codegen").glob("*.h")]):

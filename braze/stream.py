@@ -192,6 +192,17 @@ def stream(device: str = "cpu") -> Stream:
     return s
 
 
+_by_device: dict[Any, Stream] = {}
+
+
+def stream_of(device: Any) -> Stream:
+    """``stream(str(device))`` for a Device, without spelling its name on every op."""
+    s = _by_device.get(device)
+    if s is None:
+        s = _by_device[device] = stream(str(device))
+    return s
+
+
 def synchronize() -> None:
     """Flush every device's stream."""
     for s in _streams.values():

@@ -39,7 +39,7 @@ from .layout import Layout, Shape, broadcast_shapes, normalize_dim, normalize_di
 from .ops.registry import REGISTRY
 from .runtime import memory
 from .storage import Storage, strided
-from .stream import Node, Operand, stream
+from .stream import Node, Operand, stream, stream_of
 
 Scalar = int | float | bool
 # Builtins under other names: Tensor has methods called int, float and bool.
@@ -286,7 +286,7 @@ class Tensor:
         computed or written (an already-computed tensor is not a sync point)."""
         st = self._storage
         if st.producer is not None or st.dirty:
-            stream(str(self.device)).flush()
+            stream_of(self.device).flush()
         st.data()
         return self
 
@@ -585,7 +585,7 @@ class Tensor:
         src = _broadcast_to("copy_", src, self.shape)
         node = Node(REGISTRY["assign"], (Operand(src._storage, src._layout),),
                     (Operand(self._storage, self._layout),), {})
-        stream(str(self.device)).record(node)
+        stream_of(self.device).record(node)
         return self
 
     def fill_(self, value: Scalar) -> "Tensor":
@@ -599,7 +599,7 @@ class Tensor:
         is refused before anything is recorded, and a result that would change x's
         dtype or shape (``y`` broadcasting x bigger) takes back the recorded ``x + y``."""
         _check_writable(op, self)
-        with stream(str(self.device)).atomic():
+        with stream_of(self.device).atomic():
             result = compute()
             if result.dtype is not self.dtype:
                 raise DtypeMismatch(op, [self.dtype, result.dtype],
@@ -778,7 +778,7 @@ def _atomic(fn: Any) -> Any:
     @functools.wraps(fn)
     def wrapper(input: Any, *args: Any, **kwargs: Any) -> Any:
         dev = input.device if isinstance(input, Tensor) else CPU
-        with stream(str(dev)).atomic():
+        with stream_of(dev).atomic():
             return fn(input, *args, **kwargs)
     return wrapper
 
@@ -792,11 +792,17 @@ def _record(op: str, inputs: Sequence[Tensor], **attrs: Any) -> Any:
     dtypes = opdef.dtype(op, [t._storage.dtype for t in inputs], attrs)
     if memory.limited():
         memory.check(_b.sum(prod(s) * d.itemsize for s, d in zip(shapes, dtypes)), op)
+    if len(shapes) == 1:  # the common case, without the loops
+        out = Tensor(Storage(dtypes[0], device, prod(shapes[0])), _contiguous(shapes[0]))
+        node = Node(opdef, tuple([Operand(t._storage, t._layout) for t in inputs]),
+                    (Operand(out._storage, out._layout),), attrs)
+        stream_of(device).record(node)
+        return out
     outs = [Tensor(Storage(d, device, prod(s)), _contiguous(s)) for s, d in zip(shapes, dtypes)]
     node = Node(opdef, tuple([Operand(t._storage, t._layout) for t in inputs]),
                 tuple([Operand(t._storage, t._layout) for t in outs]), attrs)
-    stream(str(device)).record(node)
-    return outs[0] if len(outs) == 1 else tuple(outs)
+    stream_of(device).record(node)
+    return tuple(outs)
 
 
 _CONTIGUOUS: dict[Shape, Layout] = {}
@@ -1045,7 +1051,7 @@ def _setitem(x: Tensor, index: Any, value: Any) -> None:
     if not _b.any(isinstance(i, (Tensor, list, np.ndarray)) for i in items):
         x[index].copy_(value)
         return
-    with stream(str(x.device)).atomic():
+    with stream_of(x.device).atomic():
         _setitem_advanced(x, items, value)
 
 

@@ -242,3 +242,54 @@ def test_logsumexp_and_cross_entropy_over_long_rows_fold_in_one_pass(monkeypatch
         kernels = [s.step.kernel for p in plan.stored_plans() for s in p.steps if hasattr(s, "step")
                    and isinstance(s.step, KernelStep)]
         assert any("j0 +=" in kernel_source(k, "k") for k in kernels)  # the rolling walk
+
+
+def _chain_sources() -> list[str]:
+    from braze.codegen.c import kernel_source
+    from braze.schedule import KernelStep
+    return [kernel_source(s.step.kernel, "k") for p in plan.stored_plans() for s in p.steps
+            if hasattr(s, "step") and isinstance(s.step, KernelStep)]
+
+
+@pytest.mark.parametrize("name", ["plain", "causal", "sliding_window", "alibi"])
+def test_scaled_scores_and_their_max_come_from_the_gemm_where_a_tile_has_no_fill(name: str,
+                                                                               monkeypatch: Any) -> None:
+    """Scores that are the Dot times (or over) a row constant, where a tile has no mask
+    fill, are scaled and max-folded by ``braze_mm_scaled_max`` while in registers (no
+    loop over the tile for the max); ALiBi's bias varies along the row, so it keeps the
+    loop. Rows of +inf, nan and huge scores in those tiles still give the reference's
+    result, nan where it has nan."""
+    fn, hkv = VARIANTS[name]
+    q, k, v = _inputs(10, hkv=hkv)
+    q[0, 0, 100] *= 1e4  # exp overflows unless the max from the GEMM is the true max
+    q[0, 1, 110, 3] = np.nan
+    q[0, 2, 120, 0] = np.inf
+    k[0, 1, 40, 0] = -np.inf  # -inf * +-q: nan where q is 0, +-inf elsewhere
+    plan.clear()
+    got, ref, st = _run(fn, [q, k, v], monkeypatch)
+    assert st["kernel_launches"] == 1, st
+    assert any("braze_mm_scaled_max(" in src for src in _chain_sources()) == (name != "alibi")
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)
+
+
+def test_a_scale_that_varies_by_row_and_a_fully_masked_row(monkeypatch: Any) -> None:
+    """The GEMM's factor is per row (here a tensor of one scale per query, one of them
+    0 and one inf); a row that sees no key is nan, as in the reference."""
+    q, k, v = _inputs(11)
+    scale = np.random.default_rng(12).random((N, 1)).astype(np.float32)
+    scale[7] = 0.0
+    scale[9] = np.inf
+
+    def prog(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+        i, j = _ij(N, N)
+        hidden = (j > i) | (i == 130)
+        return braze.softmax((q @ k.mT * braze.from_numpy(scale)).masked_fill(hidden, -math.inf), -1) @ v
+
+    plan.clear()
+    got, ref, st = _run(prog, [q, k, v], monkeypatch)
+    assert st["kernel_launches"] == 1, st
+    assert any("braze_mm_scaled_max(" in src for src in _chain_sources())
+    assert np.isnan(ref[0, :, 130]).all() and np.isnan(got[0, :, 130]).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)

@@ -323,3 +323,60 @@ def test_operands_sharing_an_offset_are_part_of_the_plan_key() -> None:
     for i, j in [(0, 0), (1, 1), (2, 3), (3, 2), (4, 4)]:
         np.testing.assert_array_equal((x[i] * x[i] + x[j]).numpy(), xs[i] * xs[i] + xs[j])
     assert braze.stats()["plan_misses"] == 2
+
+
+def _rope(x: braze.Tensor, cos: braze.Tensor, sin: braze.Tensor) -> braze.Tensor:
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    return braze.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+
+@pytest.mark.parametrize("case", ["gelu", "layernorm", "rope", "transposed", "float16", "bool", "long_rows",
+                                  "slice_write"])
+def test_streamed_stores_agree_with_the_reference(case: str, monkeypatch: Any, tmp_path: Any) -> None:
+    """Kernels whose operands fill the last-level cache store around it (``_streams``).
+    With the cache size taken as 1 byte every kernel with element stores does: odd row
+    lengths (a block's tail), rows longer than a block, outputs that start off a vector
+    boundary (a write into a slice) and every stored dtype agree with the reference.
+    (Softmax does not stream: its last pass already wrote the output's lines.)"""
+    import braze.codegen.c as c
+
+    monkeypatch.setattr(c, "_LLC", 1)
+    monkeypatch.setattr(plan, "_code_id", None)  # stored plans carry C rendered for another cache size
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path / "cache"))
+    plan.clear()
+    streamed = []
+    real = c._streamed_loop
+    monkeypatch.setattr(c, "_streamed_loop", lambda *a: streamed.append(1) or real(*a))
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((6, 37)).astype(np.float32)
+    progs: dict[str, tuple[Callable[..., braze.Tensor], list[np.ndarray]]] = {
+        "gelu": (gelu_custom, [x]),
+        "transposed": (lambda t: t.mT.sin() * 2, [x]),
+        "layernorm": (layer_norm, [x]),
+        "rope": (_rope, [rng.standard_normal((2, 5, 24)).astype(np.float32),
+                         rng.standard_normal((5, 12)).astype(np.float32), rng.standard_normal((5, 12)).astype(np.float32)]),
+        "float16": (lambda t: (t * 3).to(braze.float16) + 1, [x]),
+        "bool": (lambda t: t > 0.25, [x]),
+        "long_rows": (lambda t: (t * 2).exp(), [rng.standard_normal((3, 1000)).astype(np.float32)]),
+        "slice_write": (lambda t: _write_into_slice(t), [x]),
+    }
+    fn, arrays = progs[case]
+    try:
+        got = fn(*[braze.from_numpy(a) for a in arrays]).numpy().copy()
+        with monkeypatch.context() as m:
+            m.setenv("BRAZE_FUSION", "0")
+            want = fn(*[braze.from_numpy(a) for a in arrays]).numpy().copy()
+    finally:
+        plan.clear()
+    assert streamed, "no kernel streamed its stores"
+    if got.dtype == np.bool_:
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-3, atol=2e-5)
+
+
+def _write_into_slice(t: braze.Tensor) -> braze.Tensor:
+    out = braze.zeros((t.shape[0], t.shape[1] + 3))
+    out[:, 3:] = t * 2 + 1  # rows start 12 bytes past a boundary
+    return out

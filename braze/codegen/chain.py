@@ -6,7 +6,11 @@ for the contraction, and walks the row axis in tiles of ``BK``:
 
 1. pack the tile of ``B`` (the first matmul's right operand) and of ``V`` into
    contiguous scratch, and compute the scores tile ``S = A_rows @ B_tile`` with
-   ``braze_mm`` (``tile.h``);
+   ``braze_mm`` (``tile.h``). Where the first level of reductions is only running
+   maxima of the scores and the scores are the Dot times a row constant (``_fused_max``),
+   a tile with no mask fill (every tile when there is no mask) is computed by
+   ``braze_mm_scaled_max`` instead: scaled and max-folded per row while each GEMM block
+   is in registers, so that level needs no loop over the tile;
 2. for each row, fold each reduction over the tile, evaluated with the *new* values of
    the reductions before it, and combine it with the repaired old partial
    (``Reduce.repair``: ``h(t, old, new)``); then the contraction's weights, and the
@@ -89,6 +93,47 @@ def _skip_rule(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr, ir.Exp
     return x, c, uses_dot[1], fill
 
 
+def _scaled_dot(e: ir.Expr, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr | None, bool] | None:
+    """``(f, divides)`` when ``e`` is the Dot (``f`` None), ``dot * f``, ``f * dot`` or
+    ``dot / f`` with ``f`` a float32 constant along the row that reads neither the Dot
+    nor a running value: scores ``braze_mm_scaled_max`` can compute while the GEMM's
+    block is in registers (a division as the multiplication by ``1 / f`` that the
+    renderer makes of it)."""
+    if e == dot:
+        return None, False
+    if not isinstance(e, ir.Op) or e.name not in ("mul", "div") or e.dtype is not dt.float32:
+        return None
+    a, b = e.args
+    if e.name == "mul" and b == dot:
+        a, b = b, a
+    if a != dot or b.dtype is not dt.float32 or ir.uses_inner(b, n_outer) \
+            or any(isinstance(x, (ir.Dot, ir.Acc)) for x in ir.walk(b)):
+        return None
+    return b, e.name == "div"
+
+
+def _fused_max(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr | None, bool] | None:
+    """``_scaled_dot`` of the scores where a tile has no mask fill, when the first
+    level of reductions is only running maxima of the scores and the weights read
+    them: then ``braze_mm_scaled_max`` gives that level's fold with the scores tile and
+    its loop over the tile is not needed (softmax's max, the weights' ``exp(s - max)``)."""
+    score = _score_node(k, dot)
+    first = _passes(k)[0] if _passes(k) else []
+    contract = next(s for s in k.stages if isinstance(s, ir.Contract))
+    if score is None or not first or not any(isinstance(a, ir.Acc) for a in ir.walk(contract.weight)):
+        return None
+    for i in first:
+        s = k.stages[i]
+        if not isinstance(s, ir.Reduce) or s.op != "amax" or s.expr != score or s.dtype is not dt.float32:
+            return None
+    skip = _skip_rule(k, dot, n_outer)
+    if skip is not None:
+        x, _, fill_is_false, _ = skip
+        assert isinstance(x, ir.Op)
+        score = x.args[1] if fill_is_false else x.args[2]
+    return _scaled_dot(score, dot, n_outer)
+
+
 def _row_parts(r: Renderer, e: ir.Expr, t: ir.Var) -> list[str]:
     """Render the largest parts of ``e`` that do not read ``t`` into ``r``'s memo and
     return their statements, to emit outside the loop over ``t``'s elements."""
@@ -129,6 +174,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     ntiles = -(-n // BK)
     skip = _skip_rule(k, dot, n_outer)
     score = _score_node(k, dot)
+    fused = _fused_max(k, dot, n_outer)
     n_part = BQ * (2 * len(reduces) + e)  # a split's partial results for one block
 
     names = iter(range(1 << 30))
@@ -169,21 +215,37 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
 
     def skip_check() -> list[str]:
         """``continue`` past a tile whose every score is the fill, if the fill adds
-        nothing to any reduction (identity) or to the weights (0) for every row."""
+        nothing to any reduction (identity) or to the weights (0) for every row. With a
+        fused max, ``fast`` says the tile has no fill at all (its scores are the kept
+        branch): that needs every element, not just the first that is kept."""
         if skip is None:
-            return []
+            return [f"    const int fast = {int(fused is not None)};"]
         x, c, fill_is_false, fill = skip
         r = R()
         cond = r.expr(c)
         fill_when = f"!({cond})" if fill_is_false else f"({cond})"
-        res = ["    int skip = 1;",
-               "    for (int64_t ii = 0; ii < nq && skip; ii++) {"]
-        res += row_coords("        ")
-        res += ["        for (int64_t jj = 0; jj < nk; jj++) {",
-                "            const int64_t i0 = j0 + jj;"]
-        res += ["            " + t for t in r.take()]
-        res += [f"            if (!{fill_when}) {{ skip = 0; break; }}", "        }", "    }",
-                "    for (int64_t ii = 0; ii < nq && skip; ii++) {"]
+        res = []
+        if fused is None:
+            res += ["    const int fast = 0;",
+                    "    int skip = 1;",
+                    "    for (int64_t ii = 0; ii < nq && skip; ii++) {"]
+            res += row_coords("        ")
+            res += ["        for (int64_t jj = 0; jj < nk; jj++) {",
+                    "            const int64_t i0 = j0 + jj;"]
+            res += ["            " + t for t in r.take()]
+            res += [f"            if (!{fill_when}) {{ skip = 0; break; }}", "        }", "    }"]
+        else:
+            res += ["    int64_t filled = 0;",
+                    "    for (int64_t ii = 0; ii < nq; ii++) {"]
+            res += row_coords("        ")
+            res += ["        #pragma omp simd reduction(+:filled)",
+                    "        for (int64_t jj = 0; jj < nk; jj++) {",
+                    "            const int64_t i0 = j0 + jj;"]
+            res += ["            " + t for t in r.take()]
+            res += [f"            filled += {fill_when};", "        }", "    }",
+                    "    const int fast = filled == 0;",
+                    "    int skip = filled == nq * nk;"]
+        res += ["    for (int64_t ii = 0; ii < nq && skip; ii++) {"]
         res += row_coords("        ")
         res.append("        const int64_t i0 = j0; (void)i0;")
         for p in producers:
@@ -200,6 +262,21 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         res += ["        " + t for t in rr.take()]
         res.append(f"        if ({' || '.join(checks)}) skip = 0;")
         res += ["    }", "    if (skip) continue;"]
+        return res
+
+    def scale_rows(ind: str) -> list[str]:
+        """``sc[ii]``: the factor ``braze_mm_scaled_max`` multiplies row ``ii`` by."""
+        f, divides = fused if fused is not None else (None, False)
+        if f is None:
+            return []
+        r = R()
+        v = r.expr(f)
+        res = [f"{ind}float sc[{BQ}];", f"{ind}for (int64_t ii = 0; ii < nq; ii++) {{"]
+        res += row_coords(ind + "    ")
+        res.append(f"{ind}    const int64_t i0 = 0; (void)i0;")
+        res += [ind + "    " + t for t in r.take()]
+        res.append(f"{ind}    sc[ii] = {f'1.0f / {v}' if divides else v};")
+        res.append(f"{ind}}}")
         return res
 
     def pack_k(dst: str) -> list[str]:
@@ -219,7 +296,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     def sweep(stage_ids: list[int], rolling: bool, with_contract: bool, ind: str,
               lo: str = "0", hi: str = str(n)) -> list[str]:
         """One walk over the row axis folding ``stage_ids`` (and the contraction)."""
-        body = [f"for (int64_t j0 = {lo}; j0 < {hi}; j0 += {BK}) {{",
+        body = scale_rows("") if rolling and with_contract else []
+        body += [f"for (int64_t j0 = {lo}; j0 < {hi}; j0 += {BK}) {{",
                 f"    const int64_t nk = {hi} - j0 < {BK} ? {hi} - j0 : {BK};"]
         if rolling and with_contract:
             body += skip_check()
@@ -230,8 +308,15 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         body += ["        " + t for t in pack_k("kt")]
         if with_contract:
             body += ["        " + t for t in pack_v("vt")]
-        body += ["    }",
-                 f"    braze_mm(nq, {BK}, {d}, qt, {d}, ktp, {BK}, st, {BK}, 0);"]
+        body.append("    }")
+        fast = rolling and with_contract and fused is not None
+        if fast:
+            sc = "0" if fused[0] is None else "sc"  # type: ignore[index]
+            body += [f"    float mx[{BQ}]; int mxnan[{BQ}];",
+                     f"    if (fast) braze_mm_scaled_max(nq, {BK}, {d}, qt, {d}, ktp, {BK}, st, {BK}, {sc}, nk, mx, mxnan);",
+                     f"    else braze_mm(nq, {BK}, {d}, qt, {d}, ktp, {BK}, st, {BK}, 0);"]
+        else:
+            body.append(f"    braze_mm(nq, {BK}, {d}, qt, {d}, ktp, {BK}, st, {BK}, 0);")
         body += ["    for (int64_t ii = 0; ii < nq; ii++) {"]
         body += row_coords("        ")
         acc = "ns{}" if rolling else "acc{}[ii]"
@@ -273,6 +358,10 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                 if s.op in ("amax", "amin", "sum"):
                     clauses += f" reduction({'max' if s.op == 'amax' else 'min' if s.op == 'amin' else '+'}:red{i})"
                 clauses += f" reduction(|:rnan{i})"
+            if fast and n_loop == 0:  # braze_mm_scaled_max folded this level with the scores
+                body.append("        if (fast) {")
+                body += [f"            red{i} = mx[ii]; rnan{i} = mxnan[ii];" for i in ids]
+                body.append("        } else {")
             body.append(f"        #pragma omp simd{clauses}")
             body.append("        for (int64_t jj = 0; jj < nk; jj++) {")
             body.append(f"            const int64_t i0 = j0 + jj; const float sv = st[ii * {BK} + jj]; (void)i0; (void)sv;")
@@ -286,6 +375,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
             if w is not None:
                 body.append(f"            wt[ii * {BK} + jj] = {w};")
             body.append("        }")
+            if fast and n_loop == 0:
+                body.append("        }")
             for i in ids:
                 s = k.stages[i]
                 assert isinstance(s, ir.Reduce)

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 typedef float braze_v8 __attribute__((vector_size(32), aligned(4), may_alias));
+typedef int32_t braze_i8 __attribute__((vector_size(32), aligned(4), may_alias));
 
 static inline braze_v8 braze_v8_load(const float *p) { return *(const braze_v8 *)p; }
 static inline void braze_v8_store(float *p, braze_v8 v) { *(braze_v8 *)p = v; }
@@ -82,7 +83,20 @@ static inline void braze_mm_row(int64_t n, int64_t k, const float *restrict a, c
 
 /* 6 rows x 16 columns: twelve accumulators hide the FMA latency (4 x 16, eight of
  * them, is latency-bound: 43 against 73 GFLOP/s on a 32 x 64 x 64 tile, znver3 at
- * 2.45 GHz, whose peak is 78). */
+ * 2.45 GHz, whose peak is 78). x += the block of A's 6 rows times B's 16 columns. */
+static inline __attribute__((always_inline)) void braze_mm_block6(int64_t k, const float *restrict A, int64_t lda,
+                                                                  const float *restrict B, int64_t ldb,
+                                                                  braze_v8 x[6][2]) {
+    for (int64_t p = 0; p < k; p++) {
+        const braze_v8 b0 = braze_v8_load(B + p * ldb), b1 = braze_v8_load(B + p * ldb + 8);
+        for (int r = 0; r < 6; r++) {
+            const float s = A[r * lda + p];
+            x[r][0] += s * b0;
+            x[r][1] += s * b1;
+        }
+    }
+}
+
 static inline void braze_mm_rows6(int64_t n, int64_t k, const float *restrict A, int64_t lda,
                                   const float *restrict B, int64_t ldb, float *restrict C, int64_t ldc, int acc) {
     int64_t j = 0;
@@ -92,14 +106,7 @@ static inline void braze_mm_rows6(int64_t n, int64_t k, const float *restrict A,
             x[r][0] = braze_v8_init(C + r * ldc + j, acc);
             x[r][1] = braze_v8_init(C + r * ldc + j + 8, acc);
         }
-        for (int64_t p = 0; p < k; p++) {
-            const braze_v8 b0 = braze_v8_load(B + p * ldb + j), b1 = braze_v8_load(B + p * ldb + j + 8);
-            for (int r = 0; r < 6; r++) {
-                const float s = A[r * lda + p];
-                x[r][0] += s * b0;
-                x[r][1] += s * b1;
-            }
-        }
+        braze_mm_block6(k, A, lda, B + j, ldb, x);
         for (int r = 0; r < 6; r++) {
             braze_v8_store(C + r * ldc + j, x[r][0]);
             braze_v8_store(C + r * ldc + j + 8, x[r][1]);
@@ -117,4 +124,76 @@ static inline void braze_mm(int64_t m, int64_t n, int64_t k, const float *restri
     for (; i + 6 <= m; i += 6) braze_mm_rows6(n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, acc);
     for (; i + 4 <= m; i += 4) braze_mm_rows4(n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, acc);
     for (; i < m; i++) braze_mm_row(n, k, A + i * lda, B, ldb, C + i * ldc, acc);
+}
+
+/* The larger of a and b as a running max folds it (a if a > b, else b: a nan a is
+ * passed over), lane by lane. */
+static inline braze_v8 braze_v8_max(braze_v8 a, braze_v8 b) {
+    const braze_i8 m = a > b;
+    return (braze_v8)(((braze_i8)a & m) | ((braze_i8)b & ~m));
+}
+
+/* braze_mm_scaled_max: C = A * B with row r multiplied by s[r] (s may be 0: no
+ * scaling), and over the first nv columns of each row r, mx[r] = the largest value (nan
+ * values passed over; -inf if there is none) and nanf[r] = whether any is nan. A chain
+ * kernel's scores tile and its row max in one pass: the max folds each 6 x 16 block
+ * while it is still in registers, instead of a second walk over the tile per row (the
+ * row work, not the GEMM, is what a chain kernel loses time on). C, the max and the
+ * flag are bit for bit what braze_mm, then y = x * s[r] and a fold over the row give.
+ */
+static inline void braze_mm_scaled_max(int64_t m, int64_t n, int64_t k, const float *restrict A, int64_t lda,
+                                       const float *restrict B, int64_t ldb, float *restrict C, int64_t ldc,
+                                       const float *restrict s, int64_t nv, float *restrict mx, int *restrict nanf) {
+    const int64_t n16 = n - n % 16, covered = nv - nv % 16 < n16 ? nv - nv % 16 : n16;
+    int64_t i = 0;
+    for (; i + 6 <= m; i += 6) {
+        braze_v8 vm[6];
+        braze_i8 vn[6];
+        for (int r = 0; r < 6; r++) {
+            vm[r] = (braze_v8){0, 0, 0, 0, 0, 0, 0, 0} - __builtin_inff();
+            vn[r] = (braze_i8){0, 0, 0, 0, 0, 0, 0, 0};
+        }
+        for (int64_t j = 0; j < n16; j += 16) {
+            braze_v8 x[6][2] = {{{0}}};
+            braze_mm_block6(k, A + i * lda, lda, B + j, ldb, x);
+            for (int r = 0; r < 6; r++) {
+                const float sr = s ? s[i + r] : 1.0f;
+                const braze_v8 y0 = x[r][0] * sr, y1 = x[r][1] * sr;  /* x * 1 is x, nan included */
+                braze_v8_store(C + (i + r) * ldc + j, y0);
+                braze_v8_store(C + (i + r) * ldc + j + 8, y1);
+                if (j < covered) {
+                    vm[r] = braze_v8_max(y1, braze_v8_max(y0, vm[r]));
+                    vn[r] |= (y0 != y0) | (y1 != y1);
+                }
+            }
+        }
+        for (int r = 0; r < 6; r++) {
+            float v = -__builtin_inff();
+            int any = 0;
+            for (int l = 0; l < 8; l++) {
+                v = vm[r][l] > v ? vm[r][l] : v;
+                any |= vn[r][l] != 0;
+            }
+            mx[i + r] = v;
+            nanf[i + r] = any;
+        }
+    }
+    /* rows past a multiple of 6, columns past a multiple of 16: braze_mm, then scale and
+     * fold what the blocks above did not */
+    if (i < m) braze_mm(m - i, n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, 0);
+    if (n16 < n && i > 0) braze_mm(i, n - n16, k, A, lda, B + n16, ldb, C + n16, ldc, 0);
+    for (int64_t r = 0; r < m; r++) {
+        float *c = C + r * ldc;
+        const int64_t scaled = r < i ? n16 : 0, folded = r < i ? covered : 0;
+        if (s)
+            for (int64_t j = scaled; j < n; j++) c[j] *= s[r];
+        float v = r < i ? mx[r] : -__builtin_inff();
+        int any = r < i ? nanf[r] : 0;
+        for (int64_t j = folded; j < nv; j++) {
+            v = c[j] > v ? c[j] : v;
+            any |= c[j] != c[j];
+        }
+        mx[r] = v;
+        nanf[r] = any;
+    }
 }

@@ -134,49 +134,60 @@ def allocate(dtype: np.dtype, numel: int, op: str | None = None) -> np.ndarray:
             return adopt(np.empty(numel, dtype=dtype))
         except MemoryError:
             raise OutOfMemory(nbytes, available(), "cpu", op=op) from None
-    view = _block(nbytes, op)[:nbytes].view(dtype)
+    view = _aligned(_block(nbytes, op), nbytes).view(dtype)
     _track(view, nbytes)
     return view
 
 
-#: a plan's arena starts on a cache line (and the widest vector load); the planner
-#: places its buffers at multiples of this, so each of them does too
+#: the planner places a plan's buffers in its arena at multiples of this: a cache
+#: line, and the widest vector load (streaming stores need 32-byte alignment)
 ARENA_ALIGN = 64
+
+#: pooled buffers (an arena among them) start on a page. Not merely on a cache line:
+#: a kernel whose output starts a little past its input in the page (64 against
+#: numpy's 16) has each load falsely wait on an earlier store to the same address
+#: modulo 4 KiB (softmax over 4096 x 4096: 6-8% slower, measured); on a page, an
+#: output is at or below any input's offset in it.
+BLOCK_ALIGN = 4096
+
+
+def _aligned(block: np.ndarray, nbytes: int) -> np.ndarray:
+    """The first ``nbytes`` of ``block`` from its first ``BLOCK_ALIGN`` boundary. Slicing
+    gives a view whose base is the block itself (numpy collapses view chains), so the
+    pool's reference count sees every view of it."""
+    shift = -block.ctypes.data % BLOCK_ALIGN
+    return block[shift:shift + nbytes]
 
 
 def arena(nbytes: int) -> np.ndarray:
     """The bytes of one plan run's arena (its internal buffers at planned offsets): one
-    block, from the pool like any buffer, aligned to ``ARENA_ALIGN``. The block goes
+    block, from the pool like any buffer, aligned to ``BLOCK_ALIGN``. The block goes
     back to the pool when the returned array and every view of it are gone."""
     check(nbytes, "arena")
-    size = nbytes + ARENA_ALIGN - 1
-    if size < _POOL_MIN:
+    if nbytes < _POOL_MIN:
         try:
-            base = np.empty(size, dtype=np.uint8)
+            base = np.empty(nbytes + BLOCK_ALIGN, dtype=np.uint8)
         except MemoryError:
             raise OutOfMemory(nbytes, available(), "cpu", op="arena") from None
         COUNTERS["allocations"] += 1
-        COUNTERS["bytes_allocated"] += size
+        COUNTERS["bytes_allocated"] += base.nbytes
     else:
-        base = _block(size, "arena")
-    shift = -base.ctypes.data % ARENA_ALIGN
-    # Slicing gives a view whose base is the block itself (numpy collapses view chains),
-    # so the pool's reference count sees every view of the arena; the accounting is on
-    # this view, which lives as long as the run holds the arena.
-    view = base[shift:shift + nbytes]
+        base = _block(nbytes, "arena")
+    view = _aligned(base, nbytes)  # accounted for as long as the run holds the arena
     _track(view, nbytes)
     return view
 
 
 def _block(nbytes: int, op: str | None) -> np.ndarray:
-    """A free pool block for ``nbytes`` (``pool_hits``), else a fresh one (``allocations``)."""
+    """A free pool block for ``nbytes`` (``pool_hits``), else a fresh one (``allocations``):
+    its size class and ``BLOCK_ALIGN`` bytes more, to start a view on a boundary."""
     global _pooled_bytes
     size = _size_class(nbytes)
     block = _take(size)
     if block is None:
         _trim(size)
         try:
-            block = np.empty(size, dtype=np.uint8)
+            block = np.empty(size + BLOCK_ALIGN, dtype=np.uint8)
         except MemoryError:
             raise OutOfMemory(nbytes, available(), "cpu", op=op) from None
         COUNTERS["allocations"] += 1
