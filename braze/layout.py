@@ -60,6 +60,22 @@ def broadcast_shapes(op: str, *shapes: Shape) -> Shape:
     first = shapes[0] if shapes else ()
     if all(s == first for s in shapes):  # the common case, on every recorded op
         return tuple(first)
+    # The next most common: the same broadcast on every step of a loop (a bias, a
+    # rotary table). Only results are remembered; a mismatch raises every time.
+    key = shapes if all(type(s) is tuple for s in shapes) else tuple(tuple(s) for s in shapes)
+    out = _BROADCASTS.get(key)
+    if out is None:
+        out = _broadcast(op, shapes)
+        if len(_BROADCASTS) > 4096:
+            _BROADCASTS.clear()
+        _BROADCASTS[key] = out
+    return out
+
+
+_BROADCASTS: dict[tuple[Shape, ...], Shape] = {}
+
+
+def _broadcast(op: str, shapes: tuple[Shape, ...]) -> Shape:
     ndim = max((len(s) for s in shapes), default=0)
     out = []
     for i in range(-ndim, 0):

@@ -550,6 +550,10 @@ def execute(nodes: "deque[Any]") -> None:
     at = form.cursor()
     plan = at.plans.get(live) if at is not None and at.plans is not None else None
     unfused = ""  # why this stream runs on the reference executor instead, if it does
+    if plan is None and not cpu.have_compiler():  # it has said so, once
+        del form
+        reference.run(nodes)
+        return
     if plan is None:
         unfused = _refusal(entries)
         if not unfused:

@@ -156,11 +156,9 @@ _streams: dict[str, Stream] = {}
 
 def fusion_enabled() -> bool:
     """``BRAZE_FUSION=0`` selects the reference executor; otherwise braze fuses and
-    compiles, unless there is no C compiler (then it says so once and does not)."""
-    if os.environ.get("BRAZE_FUSION", "1").strip() == "0":
-        return False
-    from .runtime.cpu import have_compiler
-    return have_compiler()
+    compiles, unless there is no C compiler (then it says so once and does not): the
+    fused executor asks for one where it would build a plan, not on every flush."""
+    return os.environ.get("BRAZE_FUSION", "1").strip() != "0"
 
 
 def _execute(nodes: "deque[Node]") -> None:
@@ -176,10 +174,8 @@ def _execute(nodes: "deque[Node]") -> None:
 
 def _form() -> Tracker | None:
     """The fused executor's form of a new queue; none for the reference executor, so
-    ``BRAZE_FUSION=0`` pays nothing per recorded node for plan matching. Only the
-    variable is read here (the compiler look-up costs more than a short stream's
-    recording): without a compiler a form is kept that the flush then ignores."""
-    if os.environ.get("BRAZE_FUSION", "1").strip() == "0":
+    ``BRAZE_FUSION=0`` pays nothing per recorded node for plan matching."""
+    if not fusion_enabled():
         return None
     from .plan import Form
     return Form()

@@ -808,15 +808,20 @@ def _record(op: str, inputs: Sequence[Tensor], **attrs: Any) -> Any:
 _CONTIGUOUS: dict[Shape, Layout] = {}
 
 
-def _contiguous(shape: Shape) -> Layout:
-    """``Layout.contiguous`` for an op's output, memoised: the same shapes recur on
-    every step of a loop, and layouts are immutable values."""
-    lay = _CONTIGUOUS.get(shape)
+def _memo_layout(table: dict[Shape, Layout], shape: Shape, make: Callable[[], Layout]) -> Layout:
+    """``table[shape]``, made once: the same shapes recur on every step of a loop, and
+    layouts are immutable values. The table is bounded."""
+    lay = table.get(shape)
     if lay is None:
-        if len(_CONTIGUOUS) > 4096:
-            _CONTIGUOUS.clear()
-        lay = _CONTIGUOUS[shape] = Layout.contiguous(shape)
+        if len(table) > 4096:
+            table.clear()
+        lay = table[shape] = make()
     return lay
+
+
+def _contiguous(shape: Shape) -> Layout:
+    """``Layout.contiguous`` for an op's output, memoised."""
+    return _memo_layout(_CONTIGUOUS, shape, lambda: Layout.contiguous(shape))
 
 
 _CONSTS: dict[tuple[Any, ...], Storage] = {}
@@ -841,6 +846,12 @@ def _constant(value: Scalar, dtype: DType) -> Tensor:
 
 
 _SCALAR_LAYOUT = Layout((), ())
+_SCALAR_EXPANDED: dict[Shape, Layout] = {}
+
+
+def _broadcast_scalar(shape: Shape) -> Layout:
+    """A 0-d tensor's layout expanded to ``shape`` (every stride 0), memoised."""
+    return _memo_layout(_SCALAR_EXPANDED, shape, lambda: _SCALAR_LAYOUT.expand(shape))
 
 
 def _scalar_to(op: str, value: Any, dtype: DType) -> Tensor:
@@ -893,7 +904,22 @@ def _operands(op: str, *xs: Any) -> list[Tensor]:
 
 
 def _binary(op: str, a: Any, b: Any) -> Tensor:
-    ts = _operands(op, a, b)
+    # ``_operands`` without its lists for the two common cases, on every x * y and x * 2.0
+    if type(a) is Tensor and type(b) is Tensor:
+        sa, sb = a._layout.shape, b._layout.shape
+        if sa != sb:
+            shape = broadcast_shapes(op, sa, sb)
+            if sa != shape:
+                a = a._view(a._layout.expand(shape))
+            if sb != shape:
+                b = b._view(b._layout.expand(shape))
+        ts = [a, b]
+    elif type(a) is Tensor and type(b) is float and a._storage.dtype.is_floating_point:
+        ts = [a, Tensor(_constant(b, a._storage.dtype)._storage, _broadcast_scalar(a._layout.shape))]
+    elif type(b) is Tensor and type(a) is float and b._storage.dtype.is_floating_point:
+        ts = [Tensor(_constant(a, b._storage.dtype)._storage, _broadcast_scalar(b._layout.shape)), b]
+    else:
+        ts = _operands(op, a, b)
     if ts[0].dtype is dt.bool_ and ts[1].dtype is dt.bool_ and op in ("add", "sub", "mul", "div", "floor_divide",
                                                                      "remainder", "pow"):
         raise DtypeMismatch(op, [dt.bool_, dt.bool_], "arithmetic on bool tensors: cast to an integer dtype first")

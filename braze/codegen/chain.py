@@ -320,6 +320,16 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         body += ["    for (int64_t ii = 0; ii < nq; ii++) {"]
         body += row_coords("        ")
         acc = "ns{}" if rolling else "acc{}[ii]"
+        # The parts of the repair terms that do not read the partial t (exp(m - m') of
+        # the sum's repair and of the accumulator's) are rendered once per row, in
+        # ``row``; each repair is then rendered by a renderer that starts from them.
+        # (Not one renderer for all: ``t`` is a different value in each repair.)
+        row = R(acc)
+
+        def seeded() -> Renderer:
+            r = R(acc)
+            r.memo.update(row.memo)
+            return r
         if rolling:
             for p in producers:
                 body.append(f"        const float os{p} = {_safe(k.stages[p].op, f'acc{p}[ii]')};")  # type: ignore[union-attr]
@@ -381,7 +391,10 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                 s = k.stages[i]
                 assert isinstance(s, ir.Reduce)
                 body.append(f"        nan{i}[ii] |= rnan{i};")
-                stmts, old = repaired(R(acc), s.repair if rolling else None, f"acc{i}[ii]", s.dtype)
+                rep = s.repair if rolling else None
+                if rep is not None:
+                    body += ["        " + x for x in _row_parts(row, rep, ir.Var("t", s.dtype))]
+                stmts, old = repaired(seeded(), rep, f"acc{i}[ii]", s.dtype)
                 body += ["        " + t for t in stmts]
                 body.append("        { const float t = " + old + "; float u = t; "
                             + _reduce_update(s.op, "u", f"red{i}", s.dtype) + f" acc{i}[ii] = u; }}")
@@ -389,11 +402,10 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                     body.append(f"        const float ns{i} = {_safe(s.op, f'acc{i}[ii]')};")
         if with_contract:
             if rolling and contract.repair is not None:
-                rr = R(acc)
                 t = ir.Var("t", contract.repair.dtype)
                 # the parts of h that do not read t (exp(m - m')) once per row, not per element
-                body += ["        " + x for x in _row_parts(rr, contract.repair, t)]
-                pre, h = repaired(rr, contract.repair, "tv", t.dtype)
+                body += ["        " + x for x in _row_parts(row, contract.repair, t)]
+                pre, h = repaired(seeded(), contract.repair, "tv", t.dtype)
                 body.append("        #pragma omp simd")
                 body.append(f"        for (int64_t dd = 0; dd < {e}; dd++) {{")
                 body.append(f"            const float tv = ot[ii * {e} + dd];")
