@@ -161,10 +161,22 @@ def fusion_enabled() -> bool:
     return os.environ.get("BRAZE_FUSION", "1").strip() != "0"
 
 
+_plan: Any = None  # braze.plan, bound at its first use: it imports this module
+
+
+def _plan_module() -> Any:
+    """``braze.plan`` without an import statement on every flush (one costs ~1.5 us
+    warm, and runs importlib's Python code, slow when the caches are cold)."""
+    global _plan
+    if _plan is None:
+        from . import plan
+        _plan = plan
+    return _plan
+
+
 def _execute(nodes: "deque[Node]") -> None:
     if fusion_enabled():
-        from .plan import execute
-        execute(nodes)
+        _plan_module().execute(nodes)
     else:
         if isinstance(nodes, NodeQueue):
             nodes.form = None  # kept while fusion was on: it would keep intermediates alive
@@ -177,8 +189,7 @@ def _form() -> Tracker | None:
     ``BRAZE_FUSION=0`` pays nothing per recorded node for plan matching."""
     if not fusion_enabled():
         return None
-    from .plan import Form
-    return Form()
+    return _plan_module().Form()
 
 
 def stream(device: str = "cpu") -> Stream:
