@@ -792,36 +792,30 @@ def _record(op: str, inputs: Sequence[Tensor], **attrs: Any) -> Any:
     dtypes = opdef.dtype(op, [t._storage.dtype for t in inputs], attrs)
     if memory.limited():
         memory.check(_b.sum(prod(s) * d.itemsize for s, d in zip(shapes, dtypes)), op)
-    if len(shapes) == 1:  # the common case, without the loops
-        out = Tensor(Storage(dtypes[0], device, prod(shapes[0])), _contiguous(shapes[0]))
-        node = Node(opdef, tuple([Operand(t._storage, t._layout) for t in inputs]),
-                    (Operand(out._storage, out._layout),), attrs)
-        stream_of(device).record(node)
-        return out
     outs = [Tensor(Storage(d, device, prod(s)), _contiguous(s)) for s, d in zip(shapes, dtypes)]
     node = Node(opdef, tuple([Operand(t._storage, t._layout) for t in inputs]),
                 tuple([Operand(t._storage, t._layout) for t in outs]), attrs)
     stream_of(device).record(node)
-    return tuple(outs)
+    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 _CONTIGUOUS: dict[Shape, Layout] = {}
 
 
-def _memo_layout(table: dict[Shape, Layout], shape: Shape, make: Callable[[], Layout]) -> Layout:
-    """``table[shape]``, made once: the same shapes recur on every step of a loop, and
-    layouts are immutable values. The table is bounded."""
+def _memo_layout(table: dict[Shape, Layout], shape: Shape, make: Callable[[Shape], Layout]) -> Layout:
+    """``table[shape]``, made once by ``make(shape)``: the same shapes recur on every
+    step of a loop, and layouts are immutable values. The table is bounded."""
     lay = table.get(shape)
     if lay is None:
         if len(table) > 4096:
             table.clear()
-        lay = table[shape] = make()
+        lay = table[shape] = make(shape)
     return lay
 
 
 def _contiguous(shape: Shape) -> Layout:
     """``Layout.contiguous`` for an op's output, memoised."""
-    return _memo_layout(_CONTIGUOUS, shape, lambda: Layout.contiguous(shape))
+    return _memo_layout(_CONTIGUOUS, shape, Layout.contiguous)
 
 
 _CONSTS: dict[tuple[Any, ...], Storage] = {}
@@ -851,7 +845,7 @@ _SCALAR_EXPANDED: dict[Shape, Layout] = {}
 
 def _broadcast_scalar(shape: Shape) -> Layout:
     """A 0-d tensor's layout expanded to ``shape`` (every stride 0), memoised."""
-    return _memo_layout(_SCALAR_EXPANDED, shape, lambda: _SCALAR_LAYOUT.expand(shape))
+    return _memo_layout(_SCALAR_EXPANDED, shape, _SCALAR_LAYOUT.expand)
 
 
 def _scalar_to(op: str, value: Any, dtype: DType) -> Tensor:

@@ -151,29 +151,32 @@ ARENA_ALIGN = 64
 BLOCK_ALIGN = 4096
 
 
-def _aligned(block: np.ndarray, nbytes: int) -> np.ndarray:
-    """The first ``nbytes`` of ``block`` from its first ``BLOCK_ALIGN`` boundary. Slicing
+def _aligned(block: np.ndarray, nbytes: int, align: int = BLOCK_ALIGN) -> np.ndarray:
+    """The first ``nbytes`` of ``block`` from its first ``align`` boundary. Slicing
     gives a view whose base is the block itself (numpy collapses view chains), so the
     pool's reference count sees every view of it."""
-    shift = -block.ctypes.data % BLOCK_ALIGN
+    shift = -block.ctypes.data % align
     return block[shift:shift + nbytes]
 
 
 def arena(nbytes: int) -> np.ndarray:
     """The bytes of one plan run's arena (its internal buffers at planned offsets): one
-    block, from the pool like any buffer, aligned to ``BLOCK_ALIGN``. The block goes
-    back to the pool when the returned array and every view of it are gone."""
+    block, from the pool like any buffer, aligned to ``BLOCK_ALIGN`` (a small one, fresh
+    from numpy each run, to ``ARENA_ALIGN``: a page of slack per flush would cost more
+    than it saves). The block goes back to the pool when the returned array and every
+    view of it are gone."""
     check(nbytes, "arena")
     if nbytes < _POOL_MIN:
         try:
-            base = np.empty(nbytes + BLOCK_ALIGN, dtype=np.uint8)
+            base = np.empty(nbytes + ARENA_ALIGN, dtype=np.uint8)
         except MemoryError:
             raise OutOfMemory(nbytes, available(), "cpu", op="arena") from None
         COUNTERS["allocations"] += 1
         COUNTERS["bytes_allocated"] += base.nbytes
+        view = _aligned(base, nbytes, ARENA_ALIGN)
     else:
-        base = _block(nbytes, "arena")
-    view = _aligned(base, nbytes)  # accounted for as long as the run holds the arena
+        view = _aligned(_block(nbytes, "arena"), nbytes)
+    # accounted for as long as the run holds the arena
     _track(view, nbytes)
     return view
 
