@@ -94,9 +94,31 @@ def bool_mask_input(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.
     return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
 
 
+def additive_mask_input(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+    """Causal as Hugging Face models write it: an additive 0 / -inf mask input (N, N)."""
+    mask = np.triu(np.full((q.shape[-2], k.shape[-2]), -np.inf, dtype=np.float32), 1)
+    return braze.softmax(q @ k.mT * D ** -0.5 + braze.from_numpy(mask), -1) @ v
+
+
+def additive_bias_and_padding(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+    """A finite bias per (query, key) plus -inf padding of the last keys, broadcast over
+    heads (B, 1, N, N): every tile carries a bias, some are all -inf."""
+    rng = np.random.default_rng(6)
+    bias = rng.standard_normal((B, 1, q.shape[-2], k.shape[-2])).astype(np.float32)
+    bias[..., -60:] = -np.inf
+    return braze.softmax(braze.from_numpy(bias) + q @ k.mT / math.sqrt(D), -1) @ v
+
+
+def strided_values(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+    """Values whose head dim is not contiguous (a transposed view): packed, not read in place."""
+    v_t = braze.from_numpy(np.ascontiguousarray(v.numpy().swapaxes(-1, -2)))
+    return braze.softmax(q @ k.mT / math.sqrt(D), -1) @ v_t.mT
+
+
 VARIANTS = {"plain": (plain, H), "causal": (causal, H), "alibi": (alibi, H), "gqa": (gqa, HKV),
             "gqa_sdpa_causal": (gqa_sdpa, HKV), "softcap": (softcap, H), "sliding_window": (sliding_window, H),
-            "bool_mask_input": (bool_mask_input, H)}
+            "bool_mask_input": (bool_mask_input, H), "additive_mask_input": (additive_mask_input, H),
+            "additive_bias_and_padding": (additive_bias_and_padding, H), "strided_values": (strided_values, H)}
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -251,7 +273,8 @@ def _chain_sources() -> list[str]:
             if hasattr(s, "step") and isinstance(s.step, KernelStep)]
 
 
-@pytest.mark.parametrize("name", ["plain", "causal", "sliding_window", "alibi"])
+@pytest.mark.parametrize("name", ["plain", "causal", "sliding_window", "alibi", "additive_mask_input",
+                                  "additive_bias_and_padding"])
 def test_scaled_scores_and_their_max_come_from_the_gemm_where_a_tile_has_no_fill(name: str,
                                                                                monkeypatch: Any) -> None:
     """Scores that are the Dot times (or over) a row constant, where a tile has no mask
@@ -291,5 +314,29 @@ def test_a_scale_that_varies_by_row_and_a_fully_masked_row(monkeypatch: Any) -> 
     assert st["kernel_launches"] == 1, st
     assert any("braze_mm_scaled_max(" in src for src in _chain_sources())
     assert np.isnan(ref[0, :, 130]).all() and np.isnan(got[0, :, 130]).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)
+
+
+def test_an_additive_mask_skips_a_tile_only_where_the_scores_are_finite(monkeypatch: Any) -> None:
+    """``dot * s + mask`` is -inf where the mask is, but only for a finite dot: key 120
+    is (3e38, 0, ...), so its dot with query 5 (whose first element is 2) is inf, and
+    row 5's masked score inf + -inf is nan in the reference; the tile that holds it must
+    not be skipped (the bound d * max|q| * max|k| rules it out), and row 5 is nan here
+    too. (Each dot with that key is one product, so it overflows the same way in any
+    order of summation.) A row whose every key is masked is nan as well."""
+    q, k, v = _inputs(13)
+    q[0, 0, 5, 0] = 2.0
+    k[0, 0, 120] = 0.0
+    k[0, 0, 120, 0] = 3e38  # key 120 > query 5: masked for row 5, in a tile the causal mask skips
+    mask = np.triu(np.full((N, N), -np.inf, dtype=np.float32), 1)
+    mask[9] = -np.inf
+
+    def prog(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+        return braze.softmax(q @ k.mT * D ** -0.5 + braze.from_numpy(mask), -1) @ v
+
+    got, ref, st = _run(prog, [q, k, v], monkeypatch)
+    assert st["kernel_launches"] == 1, st
+    assert np.isnan(ref[0, 0, 5]).all() and np.isnan(ref[0, :, 9]).all()
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)

@@ -185,6 +185,10 @@ class Renderer:
         self.memo: dict[ir.Expr, str] = {}
         self.stmts: list[str] = []
         self.hoisted = hoisted or {}  # loads done once per kernel (see _hoist)
+        #: When a list: float32 ``exp`` is rendered as ``braze__exp_normal`` and its
+        #: argument appended here, for a loop that checks them (``braze__exp_outside``)
+        #: and is redone exactly when any was outside (``fast_then_exact``).
+        self.fast: list[str] | None = None
 
     def index(self, a: ir.Affine) -> str:
         terms = [str(a.offset)] if a.offset else []
@@ -234,6 +238,9 @@ class Renderer:
             text = _sel(e.dtype, args[0], args[1], args[2])
         elif e.name == "cast":
             text = f"({args[0]} != 0)" if e.dtype is dt.bool_ else args[0]
+        elif e.name == "exp" and self.fast is not None and src is dt.float32:
+            self.fast.append(args[0])
+            text = f"braze__exp_normal({args[0]})"
         elif e.name in UNARY:
             text = UNARY[e.name](src).format(a=args[0])
         elif e.name == "div" and src.is_floating_point and not ir.uses_inner(e.args[1], self.n_outer):
@@ -452,6 +459,28 @@ def repaired(r: Renderer, h: ir.Expr | None, t: str, d: DType) -> tuple[list[str
     return r.take(), value
 
 
+def moved(h: ir.Expr) -> str:
+    """C condition: a producer that ``h`` reads changed in this tile (``os{p} != ns{p}``).
+
+    ``h(t, r, r) = t`` (the defining property of a repair term, with ``r' = r``), so a
+    tile that left its producers where they were needs no repair: once a row's running
+    max has settled, most tiles skip the repair's ``exp`` and, for a contraction, the
+    pass over its accumulator row. The result is the same or, without a rounding from
+    ``t * exp(0)``, the same exactly."""
+    names = sorted({a.name[2:] for a in ir.walk(h) if isinstance(a, ir.Var) and a.name[:2] in ("os", "ns")})
+    return " || ".join(f"os{p} != ns{p}" for p in names) or "1"
+
+
+def repaired_when_moved(r: Renderer, h: ir.Expr | None, t: str, d: DType, name: str) -> list[str]:
+    """Declare ``name`` = the partial fold ``t`` after its repair term, computed only when
+    a producer moved (``moved``)."""
+    stmts, value = repaired(r, h, t, d)
+    if h is None:
+        return [f"const {vtype(d)} {name} = {t};"]
+    return [f"{vtype(d)} {name} = {t};", f"if ({moved(h)}) {{", *["    " + x for x in stmts],
+            f"    {name} = {value};", "}"]
+
+
 def _rolling(k: ir.Kernel, passes: list[list[int]], coords: list[str], n_out: int,
              hoisted: dict[ir.Expr, str]) -> list[str]:
     """The reductions of every pass folded in one walk over the row, in tiles, each
@@ -494,9 +523,8 @@ def _rolling(k: ir.Kernel, passes: list[list[int]], coords: list[str], n_out: in
             s = k.stages[i]
             assert isinstance(s, ir.Reduce)
             rr = Renderer(coords, prefix=f"h{i}_", acc="ns{}", n_outer=n_out, hoisted=hoisted)
-            stmts, old = repaired(rr, s.repair, f"acc{i}", s.dtype)
-            out += ["    " + t for t in stmts]
-            out.append(f"    {{ {vtype(s.dtype)} u = {old}; " + _reduce_update(s.op, "u", f"red{i}", s.dtype)
+            out += ["    " + t for t in repaired_when_moved(rr, s.repair, f"acc{i}", s.dtype, f"old{i}")]
+            out.append(f"    {{ {vtype(s.dtype)} u = old{i}; " + _reduce_update(s.op, "u", f"red{i}", s.dtype)
                        + f" acc{i} = u; nan{i} |= rnan{i}; }}")
             if i in producers:
                 out.append(f"    ns{i} = {_safe(s.op, f'acc{i}')};")

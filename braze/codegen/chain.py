@@ -9,13 +9,20 @@ for the contraction, and walks the row axis in tiles of ``BK``:
    ``braze_mm`` (``tile.h``). Where the first level of reductions is only running
    maxima of the scores and the scores are the Dot times a row constant (``_fused_max``),
    a tile with no mask fill (every tile when there is no mask) is computed by
-   ``braze_mm_scaled_max`` instead: scaled and max-folded per row while each GEMM block
-   is in registers, so that level needs no loop over the tile;
+   ``braze_mm_scaled_max`` instead: scaled (plus an additive mask read from memory) and
+   max-folded per row while each GEMM block is in registers, so that level needs no
+   loop over the tile; a tile whose scores are all a mask's fill is skipped
+   (``_skip_rule``);
 2. for each row, fold each reduction over the tile, evaluated with the *new* values of
    the reductions before it, and combine it with the repaired old partial
    (``Reduce.repair``: ``h(t, old, new)``); then the contraction's weights, and the
    contraction accumulator row repaired the same way (``Contract.repair``);
 3. accumulate ``weights @ V_tile`` into the contraction rows.
+
+The loops of step 2 compute ``exp`` on a fast path that is exact where its result is a
+normal float and redo a tile row with the full ``braze_expf`` when any argument was
+outside that range (``Renderer.fast``); a repair is skipped when its producers did not
+move in the tile.
 
 A running max/min is replaced by 0 in the repair terms and element values while it is
 still infinite (a masked prefix: ``exp(-inf - -inf)`` would be nan); ``h`` is an
@@ -29,11 +36,12 @@ The epilogue writes ``post(sum)`` for each row (softmax's division by the sum).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from math import prod
 
 from .. import dtypes as dt
 from .. import ir
-from .c import Renderer, _passes, _reduce_init, _reduce_update, _safe, repaired
+from .c import _OMP, Renderer, _passes, _reduce_init, _reduce_update, _safe, moved, repaired, repaired_when_moved
 
 BQ = 48  # rows per task (a multiple of the GEMM tile's 6): each packed B and V tile serves them all
 BK = 96  # row-axis tile: scores, weights and packed tiles are BQ x BK / BK x D / BK x E
@@ -74,23 +82,55 @@ def _score_node(k: ir.Kernel, dot: ir.Dot) -> ir.Expr | None:
     return found.pop() if len(found) == 1 else None
 
 
-def _skip_rule(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr, ir.Expr, bool, ir.Expr] | None:
-    """(score node, mask condition, which branch is the fill, the fill) when the scores
-    are ``where(c, s, fill)`` or ``where(c, fill, s)`` with ``c`` and ``fill`` free of
-    the Dot and ``fill`` constant along the row: a tile where every element takes the
-    fill can skip its matmuls if the fill is an identity for every reduction (checked
-    at run time, per row: a -inf fill is, for max and for sums of exp)."""
+@dataclass(frozen=True)
+class _Skip:
+    """How a tile whose every score is a mask's fill is recognised (``_skip_rule``)."""
+
+    score: ir.Expr  # the score node every fold reads
+    filled: ir.Expr  # per element, bool: this score is the fill
+    fill: ir.Expr  # the fill's value, constant along the row
+    kept: ir.Expr  # the score where it is not the fill, without an additive mask
+    #: an additive mask ``m`` (score = kept + m): the score is the fill (-inf) where m
+    #: is, but only for a finite ``dot * factor``, so a tile is skipped only when a bound
+    #: on ``|dot * factor|`` proves it is
+    bias: ir.Expr | None = None
+    factor: ir.Expr | None = None
+
+
+def _skip_rule(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> _Skip | None:
+    """A tile where every score is the fill can skip its matmuls if the fill is an
+    identity for every reduction (checked at run time, per row: a -inf fill is, for max
+    and for sums of exp). Two forms, with the mask and the fill free of the Dot:
+
+    - ``where(c, s, fill)`` or ``where(c, fill, s)``, ``fill`` constant along the row
+      (``is_causal``, a sliding window, a bool mask);
+    - ``dot * f + m`` (or ``m + dot * f``, ``f`` constant along the row): an additive
+      mask, whose -inf entries make the score -inf as long as the dot is finite.
+    """
     x = _score_node(k, dot)
-    if not isinstance(x, ir.Op) or x.name != "where":
+    if not isinstance(x, ir.Op):
         return None
-    c, a, b = x.args
-    uses_dot = [dot in set(ir.walk(t)) for t in (c, a, b)]
-    if uses_dot[0] or uses_dot[1] == uses_dot[2]:
-        return None
-    fill = b if uses_dot[1] else a
-    if ir.uses_inner(fill, n_outer):
-        return None
-    return x, c, uses_dot[1], fill
+    if x.name == "where":
+        c, a, b = x.args
+        uses_dot = [dot in set(ir.walk(t)) for t in (c, a, b)]
+        if uses_dot[0] or uses_dot[1] == uses_dot[2]:
+            return None
+        fill, kept = (b, a) if uses_dot[1] else (a, b)
+        if ir.uses_inner(fill, n_outer):
+            return None
+        filled = ir.Op("eq", (c, ir.Const(False, dt.bool_)), dt.bool_) if uses_dot[1] else c
+        return _Skip(x, filled, fill, kept)
+    if x.name == "add" and x.dtype is dt.float32:
+        for t, m in (x.args, x.args[::-1]):
+            scaled = _scaled_dot(t, dot, n_outer)
+            if scaled is not None and m.dtype is dt.float32 and dot not in set(ir.walk(m)) \
+                    and not any(isinstance(a, ir.Acc) for a in ir.walk(m)):
+                f, divides = scaled
+                if f is not None and divides:
+                    f = ir.Op("reciprocal", (f,), dt.float32)
+                inf = ir.Const(float("-inf"), dt.float32)
+                return _Skip(x, ir.Op("eq", (m, inf), dt.bool_), inf, t, m, f)
+    return None
 
 
 def _scaled_dot(e: ir.Expr, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr | None, bool] | None:
@@ -112,11 +152,14 @@ def _scaled_dot(e: ir.Expr, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr | None, 
     return b, e.name == "div"
 
 
-def _fused_max(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr | None, bool] | None:
-    """``_scaled_dot`` of the scores where a tile has no mask fill, when the first
-    level of reductions is only running maxima of the scores and the weights read
-    them: then ``braze_mm_scaled_max`` gives that level's fold with the scores tile and
-    its loop over the tile is not needed (softmax's max, the weights' ``exp(s - max)``)."""
+def _fused_max(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr | None, bool, ir.Load | None] | None:
+    """``_scaled_dot`` of the scores where a tile has no mask fill, and the additive
+    mask (a float32 load contiguous along the row, so its tile rows are pointers), when
+    the first level of reductions is only running maxima of the scores and the weights
+    read them: then ``braze_mm_scaled_max`` gives that level's fold with the scores tile
+    and its loop over the tile is not needed (softmax's max, the weights' ``exp(s -
+    max)``). An additive mask's -inf entries need no special case: they are what the
+    max passes over and what the weights' exp makes 0."""
     score = _score_node(k, dot)
     first = _passes(k)[0] if _passes(k) else []
     contract = next(s for s in k.stages if isinstance(s, ir.Contract))
@@ -127,11 +170,25 @@ def _fused_max(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr | None,
         if not isinstance(s, ir.Reduce) or s.op != "amax" or s.expr != score or s.dtype is not dt.float32:
             return None
     skip = _skip_rule(k, dot, n_outer)
+    bias: ir.Load | None = None
     if skip is not None:
-        x, _, fill_is_false, _ = skip
-        assert isinstance(x, ir.Op)
-        score = x.args[1] if fill_is_false else x.args[2]
-    return _scaled_dot(score, dot, n_outer)
+        score = skip.kept
+        if skip.bias is not None:
+            if not isinstance(skip.bias, ir.Load) or skip.bias.dtype is not dt.float32 or skip.bias.when \
+                    or skip.bias.index.coeffs[n_outer] != 1:
+                return None
+            bias = skip.bias
+    scaled = _scaled_dot(score, dot, n_outer)
+    return None if scaled is None else (scaled[0], scaled[1], bias)
+
+
+def _rows_in_place(v: ir.Load, n_outer: int) -> int | None:
+    """The row stride of the contraction's right operand when it can be read where it
+    is (float32 rows contiguous along the head dim): its tiles then need no packed copy."""
+    c = v.index.coeffs
+    if v.dtype is not dt.float32 or v.when or c[n_outer + 1] != 1:
+        return None
+    return c[n_outer]
 
 
 def _row_parts(r: Renderer, e: ir.Expr, t: ir.Var) -> list[str]:
@@ -176,6 +233,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     score = _score_node(k, dot)
     fused = _fused_max(k, dot, n_outer)
     n_part = BQ * (2 * len(reduces) + e)  # a split's partial results for one block
+    ldv = _rows_in_place(contract.v, n_outer)
+    v_at = f"a{contract.v.arg} + " + Renderer([f"o{i}" for i in range(n_outer)] + ["j0", "0"]).index(contract.v.index)
 
     names = iter(range(1 << 30))
 
@@ -211,6 +270,14 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         res.append(f"{ind}    const int64_t i0 = 0; (void)i0;")
         res.append(f"{ind}    for (int64_t dd = 0; dd < {d}; dd++) qt[ii * {d} + dd] = {load(dot.a)};")
         res.append(f"{ind}}}")
+        if skip is not None and skip.bias is not None:
+            # the largest |a| for the additive mask's bound, as bits: nan is above inf,
+            # and an integer max vectorises
+            res.append(f"{ind}uint32_t abits = 0;")
+            res.append(f"{ind}#pragma omp simd reduction(max:abits)")
+            res.append(f"{ind}for (int64_t x = 0; x < nq * {d}; x++) {{ const uint32_t u = braze__f2u(qt[x]) & 0x7fffffffu; "
+                       "abits = u > abits ? u : abits; }")
+            res.append(f"{ind}const float amax = braze__u2f(abits); (void)amax;")
         return res
 
     def skip_check() -> list[str]:
@@ -220,20 +287,20 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         branch): that needs every element, not just the first that is kept."""
         if skip is None:
             return [f"    const int fast = {int(fused is not None)};"]
-        x, c, fill_is_false, fill = skip
         r = R()
-        cond = r.expr(c)
-        fill_when = f"!({cond})" if fill_is_false else f"({cond})"
+        fill_when = r.expr(skip.filled)
         res = []
-        if fused is None:
-            res += ["    const int fast = 0;",
+        if fused is None or skip.bias is not None:  # an additive mask: every tile is fast
+            res += [f"    const int fast = {int(fused is not None)};",
                     "    int skip = 1;",
                     "    for (int64_t ii = 0; ii < nq && skip; ii++) {"]
             res += row_coords("        ")
-            res += ["        for (int64_t jj = 0; jj < nk; jj++) {",
+            res += ["        int64_t filled = 0;",
+                    "        #pragma omp simd reduction(+:filled)",
+                    "        for (int64_t jj = 0; jj < nk; jj++) {",
                     "            const int64_t i0 = j0 + jj;"]
             res += ["            " + t for t in r.take()]
-            res += [f"            if (!{fill_when}) {{ skip = 0; break; }}", "        }", "    }"]
+            res += [f"            filled += {fill_when};", "        }", "        skip = filled == nk;", "    }"]
         else:
             res += ["    int64_t filled = 0;",
                     "    for (int64_t ii = 0; ii < nq; ii++) {"]
@@ -245,13 +312,38 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
             res += [f"            filled += {fill_when};", "        }", "    }",
                     "    const int fast = filled == 0;",
                     "    int skip = filled == nq * nk;"]
+        if skip.bias is not None:
+            # -inf + dot * f is -inf only for a finite dot * f: |dot| <= d max|a| max|b|
+            # bounds it (Dot's rows in qt; a nan anywhere keeps the bound from holding).
+            res += ["    if (skip) {",
+                    "        uint32_t bbits = 0;",
+                    "        for (int64_t jj = 0; jj < nk; jj++) {",
+                    "            const int64_t i0 = j0 + jj;",
+                    "            #pragma omp simd reduction(max:bbits)",
+                    f"            for (int64_t dd = 0; dd < {d}; dd++) {{",
+                    f"                const uint32_t u = braze__f2u({load(dot.b)}) & 0x7fffffffu;",
+                    "                bbits = u > bbits ? u : bbits;",
+                    "            }",
+                    "        }",
+                    "        const float bmax = braze__u2f(bbits);",
+                    "        for (int64_t ii = 0; ii < nq && skip; ii++) {"]
+            f = "1.0f"
+            rf = R()
+            if skip.factor is not None:
+                res += row_coords("            ")
+                res.append("            const int64_t i0 = j0; (void)i0;")
+                f = rf.expr(skip.factor)
+                res += ["            " + t for t in rf.take()]
+            res += [f"            if (!((double){d} * amax * bmax * fabs((double){f}) < 1e38)) skip = 0;",
+                    "        }",
+                    "    }"]
         res += ["    for (int64_t ii = 0; ii < nq && skip; ii++) {"]
         res += row_coords("        ")
         res.append("        const int64_t i0 = j0; (void)i0;")
         for p in producers:
             res.append(f"        const float os{p} = {_safe(k.stages[p].op, f'acc{p}[ii]')};")  # type: ignore[union-attr]
         rr = R("os{}")
-        rr.memo[x] = rr.expr(fill)
+        rr.memo[skip.score] = rr.expr(skip.fill)
         checks = []
         for i in reduces:
             s = k.stages[i]
@@ -266,7 +358,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
 
     def scale_rows(ind: str) -> list[str]:
         """``sc[ii]``: the factor ``braze_mm_scaled_max`` multiplies row ``ii`` by."""
-        f, divides = fused if fused is not None else (None, False)
+        f, divides, _ = fused if fused is not None else (None, False, None)
         if f is None:
             return []
         r = R()
@@ -303,33 +395,32 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
             body += skip_check()
         body += [f"    const int64_t tile = (task / {blocks}) * {ntiles} + j0 / {BK};",
                  f"    const float *ktp = kpack ? kpack + tile * {d * BK} : kt;",
-                 f"    const float *vtp = kpack ? vpack + tile * {BK * e} : vt;",
+                 f"    const float *vtp = {v_at if ldv is not None else f'kpack ? vpack + tile * {BK * e} : vt'};",
                  "    if (!kpack) {"]
         body += ["        " + t for t in pack_k("kt")]
-        if with_contract:
+        if with_contract and ldv is None:
             body += ["        " + t for t in pack_v("vt")]
         body.append("    }")
         fast = rolling and with_contract and fused is not None
         if fast:
-            sc = "0" if fused[0] is None else "sc"  # type: ignore[index]
-            body += [f"    float mx[{BQ}]; int mxnan[{BQ}];",
-                     f"    if (fast) braze_mm_scaled_max(nq, {BK}, {d}, qt, {d}, ktp, {BK}, st, {BK}, {sc}, nk, mx, mxnan);",
+            assert fused is not None
+            sc = "0" if fused[0] is None else "sc"
+            body += [f"    float mx[{BQ}]; int mxnan[{BQ}];"]
+            bias = fused[2]
+            if bias is not None:  # the additive mask's row of this tile, for each row
+                body += [f"    const float *brow[{BQ}];", "    for (int64_t ii = 0; ii < nq; ii++) {"]
+                body += row_coords("        ")
+                body.append(f"        brow[ii] = a{bias.arg} + "
+                            + Renderer([f"o{i}" for i in range(n_outer)] + ["j0"]).index(bias.index) + ";")
+                body.append("    }")
+            body += [f"    if (fast) braze_mm_scaled_max(nq, {BK}, {d}, qt, {d}, ktp, {BK}, st, {BK}, {sc}, "
+                     f"{'brow' if bias is not None else '0'}, nk, mx, mxnan);",
                      f"    else braze_mm(nq, {BK}, {d}, qt, {d}, ktp, {BK}, st, {BK}, 0);"]
         else:
             body.append(f"    braze_mm(nq, {BK}, {d}, qt, {d}, ktp, {BK}, st, {BK}, 0);")
         body += ["    for (int64_t ii = 0; ii < nq; ii++) {"]
         body += row_coords("        ")
         acc = "ns{}" if rolling else "acc{}[ii]"
-        # The parts of the repair terms that do not read the partial t (exp(m - m') of
-        # the sum's repair and of the accumulator's) are rendered once per row, in
-        # ``row``; each repair is then rendered by a renderer that starts from them.
-        # (Not one renderer for all: ``t`` is a different value in each repair.)
-        row = R(acc)
-
-        def seeded() -> Renderer:
-            r = R(acc)
-            r.memo.update(row.memo)
-            return r
         if rolling:
             for p in producers:
                 body.append(f"        const float os{p} = {_safe(k.stages[p].op, f'acc{p}[ii]')};")  # type: ignore[union-attr]
@@ -349,72 +440,101 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         # instead of recomputing it.
         stashed = False
         for n_loop, ids in enumerate(loops):
-            r = R(acc)
-            if stashed and score is not None:
-                r.memo[score] = "sv"
-            else:
-                r.memo[dot] = "sv"
-            xs = {i: r.expr(k.stages[i].expr) for i in ids}  # type: ignore[union-attr]
-            w = r.expr(contract.weight) if n_loop == weight_in else None
-            fold = r.take()
-            if not stashed and score is not None and score in r.memo and n_loop < len(loops) - 1:
-                fold.append(f"st[ii * {BK} + jj] = {r.memo[score]};")
-                stashed = True
-            clauses = ""
-            for i in ids:
-                s = k.stages[i]
-                assert isinstance(s, ir.Reduce)
-                body.append(f"        float red{i} = {_reduce_init(s.op, s.dtype)}; int rnan{i} = 0;")
-                if s.op in ("amax", "amin", "sum"):
-                    clauses += f" reduction({'max' if s.op == 'amax' else 'min' if s.op == 'amin' else '+'}:red{i})"
-                clauses += f" reduction(|:rnan{i})"
+            def render(fast_exp: bool) -> tuple[list[str], dict[int, str], str | None, list[str], bool]:
+                """The loop body's statements, each reduction's value, the weight, the
+                arguments of its fast-path exps and whether it stashes the scores."""
+                r = R(acc)
+                r.fast = [] if fast_exp else None
+                if stashed and score is not None:
+                    r.memo[score] = "sv"
+                else:
+                    r.memo[dot] = "sv"
+                xs = {i: r.expr(k.stages[i].expr) for i in ids}  # type: ignore[union-attr]
+                w = r.expr(contract.weight) if n_loop == weight_in else None
+                fold = r.take()
+                stash = score is not None and not stashed and score in r.memo and n_loop < len(loops) - 1
+                if stash:
+                    assert score is not None
+                    fold.append(f"st[ii * {BK} + jj] = {r.memo[score]};")
+                return fold, xs, w, r.fast or [], stash
+
+            def loop(fold: list[str], xs: dict[int, str], w: str | None, checks: list[str], ind: str) -> list[str]:
+                clauses = "".join(
+                    (f" reduction({_OMP[k.stages[i].op]}:red{i})" if k.stages[i].op in _OMP else "")  # type: ignore[union-attr]
+                    + f" reduction(|:rnan{i})" for i in ids)
+                res = [f"{ind}#pragma omp simd{clauses}{f' reduction(|:bad{n_loop})' if checks else ''}",
+                       f"{ind}for (int64_t jj = 0; jj < nk; jj++) {{",
+                       f"{ind}    const int64_t i0 = j0 + jj; const float sv = st[ii * {BK} + jj]; (void)i0; (void)sv;"]
+                res += [f"{ind}    " + t for t in fold]
+                if checks:
+                    res.append(f"{ind}    bad{n_loop} |= {' | '.join(f'braze__exp_outside({x})' for x in checks)};")
+                for i in ids:
+                    s = k.stages[i]
+                    assert isinstance(s, ir.Reduce)
+                    if s.op in ("amax", "amin"):
+                        res.append(f"{ind}    rnan{i} |= ({xs[i]} != {xs[i]});")
+                    res.append(f"{ind}    " + _reduce_update(s.op, f"red{i}", xs[i], s.dtype))
+                if w is not None:
+                    res.append(f"{ind}    wt[ii * {BK} + jj] = {w};")
+                res.append(f"{ind}}}")
+                return res
+
+            def init_red(ind: str) -> list[str]:
+                return [f"{ind}red{i} = {_reduce_init(k.stages[i].op, k.stages[i].dtype)}; rnan{i} = 0;"  # type: ignore[union-attr]
+                        for i in ids]
+            # The exps run on the fast path (braze__exp_normal) and the loop is redone
+            # with braze_expf in the rare tile row where an argument was outside its
+            # range (a masked score, a subnormal or overflowing result, a nan); not a
+            # loop that overwrites the scores it reads (the stash).
+            fold, xs, w, checks, stash = render(True)
+            if stash:
+                fold, xs, w, checks, stash = render(False)
+            body += [f"        float red{i}; int rnan{i};" for i in ids] + init_red("        ")
+            if checks:
+                body.append(f"        int bad{n_loop} = 0;")
             if fast and n_loop == 0:  # braze_mm_scaled_max folded this level with the scores
                 body.append("        if (fast) {")
                 body += [f"            red{i} = mx[ii]; rnan{i} = mxnan[ii];" for i in ids]
                 body.append("        } else {")
-            body.append(f"        #pragma omp simd{clauses}")
-            body.append("        for (int64_t jj = 0; jj < nk; jj++) {")
-            body.append(f"            const int64_t i0 = j0 + jj; const float sv = st[ii * {BK} + jj]; (void)i0; (void)sv;")
-            body += ["            " + t for t in fold]
-            for i in ids:
-                s = k.stages[i]
-                assert isinstance(s, ir.Reduce)
-                if s.op in ("amax", "amin"):
-                    body.append(f"            rnan{i} |= ({xs[i]} != {xs[i]});")
-                body.append("            " + _reduce_update(s.op, f"red{i}", xs[i], s.dtype))
-            if w is not None:
-                body.append(f"            wt[ii * {BK} + jj] = {w};")
-            body.append("        }")
-            if fast and n_loop == 0:
+                body += loop(fold, xs, w, checks, "        ")
                 body.append("        }")
+            else:
+                body += loop(fold, xs, w, checks, "        ")
+            if checks:
+                body.append(f"        if (bad{n_loop}) {{")
+                body += init_red("            ")
+                exact, xs_exact, w_exact, _, _ = render(False)
+                body += loop(exact, xs_exact, w_exact, [], "            ")
+                body.append("        }")
+            stashed = stashed or stash
             for i in ids:
                 s = k.stages[i]
                 assert isinstance(s, ir.Reduce)
                 body.append(f"        nan{i}[ii] |= rnan{i};")
                 rep = s.repair if rolling else None
-                if rep is not None:
-                    body += ["        " + x for x in _row_parts(row, rep, ir.Var("t", s.dtype))]
-                stmts, old = repaired(seeded(), rep, f"acc{i}[ii]", s.dtype)
-                body += ["        " + t for t in stmts]
-                body.append("        { const float t = " + old + "; float u = t; "
+                body += ["        " + x for x in repaired_when_moved(R(acc), rep, f"acc{i}[ii]", s.dtype, f"old{i}")]
+                body.append(f"        {{ const float t = old{i}; float u = t; "
                             + _reduce_update(s.op, "u", f"red{i}", s.dtype) + f" acc{i}[ii] = u; }}")
                 if rolling:
                     body.append(f"        const float ns{i} = {_safe(s.op, f'acc{i}[ii]')};")
         if with_contract:
             if rolling and contract.repair is not None:
                 t = ir.Var("t", contract.repair.dtype)
+                r = R(acc)
+                body.append(f"        if ({moved(contract.repair)}) {{")
                 # the parts of h that do not read t (exp(m - m')) once per row, not per element
-                body += ["        " + x for x in _row_parts(row, contract.repair, t)]
-                pre, h = repaired(seeded(), contract.repair, "tv", t.dtype)
-                body.append("        #pragma omp simd")
-                body.append(f"        for (int64_t dd = 0; dd < {e}; dd++) {{")
-                body.append(f"            const float tv = ot[ii * {e} + dd];")
-                body += ["            " + t for t in pre]
-                body.append(f"            ot[ii * {e} + dd] = {h};")
+                body += ["            " + x for x in _row_parts(r, contract.repair, t)]
+                pre, h = repaired(r, contract.repair, "tv", t.dtype)
+                body.append("            #pragma omp simd")
+                body.append(f"            for (int64_t dd = 0; dd < {e}; dd++) {{")
+                body.append(f"                const float tv = ot[ii * {e} + dd];")
+                body += ["                " + t for t in pre]
+                body.append(f"                ot[ii * {e} + dd] = {h};")
+                body.append("            }")
                 body.append("        }")
         body.append("    }")
         if with_contract:
-            body.append(f"    braze_mm(nq, {e}, nk, wt, {BK}, vtp, {e}, ot, {e}, 1);")
+            body.append(f"    braze_mm(nq, {e}, nk, wt, {BK}, vtp, {e if ldv is None else ldv}, ot, {e}, 1);")
         body.append("}")
         return [ind + t for t in body]
 
@@ -505,8 +625,9 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
 
     out = lines
     # Every block of rows of a batch reads the same key and value tiles: with several
-    # blocks, pack them all once (transposed keys), in parallel, before the main loop.
-    kn, vn = n_batch * ntiles * d * BK, n_batch * ntiles * BK * e
+    # blocks, pack them all once (transposed keys; values unless read in place), in
+    # parallel, before the main loop.
+    kn, vn = n_batch * ntiles * d * BK, 0 if ldv is not None else n_batch * ntiles * BK * e
     out.append(f"    float *kpack = {'0' if blocks < 4 else f'(float *)malloc(sizeof(float) * {kn + vn})'};")
     out.append(f"    float *vpack = kpack ? kpack + {kn} : 0;")
     out.append("    if (kpack) {")
@@ -518,8 +639,10 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     for i in range(n_outer - nr - 1, -1, -1):
         out.append(f"            const int64_t o{i} = {rest} % {k.outer[i]};")
         rest = f"({rest} / {k.outer[i]})"
-    out.append(f"            float *kt = kpack + tile * {d * BK}, *vt = vpack + tile * {BK * e};")
-    out += ["            " + t for t in pack_k("kt") + pack_v("vt")]
+    out.append(f"            float *kt = kpack + tile * {d * BK};")
+    if ldv is None:
+        out.append(f"            float *vt = vpack + tile * {BK * e};")
+    out += ["            " + t for t in pack_k("kt") + (pack_v("vt") if ldv is None else [])]
     out.append("        }")
     out.append("    }")
     # Split-K (decoding: few rows, long rows): when there are fewer tasks than threads,

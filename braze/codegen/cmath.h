@@ -129,6 +129,19 @@ static inline float braze__exp_core(float x) {
     return braze__exp_poly(r) * braze__pow2i(ki);
 }
 
+/* e^x where the result is a normal float, x in (-87.6, 88.3): braze_expf's reduction
+   and polynomial with one scaling by 2^k (k in [-126, 127] there), so bit for bit
+   braze_expf; garbage elsewhere, where braze__exp_outside(x) is 1 (nan included).
+   For a loop that runs it first and is redone with braze_expf in the rare case that
+   needed it: softmax's weights exp(x - max) are in range unless masked or tiny. No
+   clamps and one scaling instead of two: a third of braze_expf's work less. */
+static inline float braze__exp_normal(float x) {
+    float kf; int32_t ki;
+    float r = braze__exp_reduce(x, &kf, &ki);
+    return braze__exp_poly(r) * braze__pow2i(ki);
+}
+static inline int braze__exp_outside(float x) { return 1 ^ ((x > -87.6f) & (x < 88.3f)); }
+
 static inline float braze_expf(float x) {
     /* Clamp (nan passes through: comparisons with nan are false). */
     x = braze__sel(x < -104.0f, -104.0f, x);

@@ -134,16 +134,21 @@ static inline braze_v8 braze_v8_max(braze_v8 a, braze_v8 b) {
 }
 
 /* braze_mm_scaled_max: C = A * B with row r multiplied by s[r] (s may be 0: no
- * scaling), and over the first nv columns of each row r, mx[r] = the largest value (nan
- * values passed over; -inf if there is none) and nanf[r] = whether any is nan. A chain
- * kernel's scores tile and its row max in one pass: the max folds each 6 x 16 block
- * while it is still in registers, instead of a second walk over the tile per row (the
- * row work, not the GEMM, is what a chain kernel loses time on). C, the max and the
- * flag are bit for bit what braze_mm, then y = x * s[r] and a fold over the row give.
+ * scaling) plus, when bias is not 0, bias[r][j] (an additive mask or bias; read only
+ * for j < nv), and over the first nv columns of each row r, mx[r] = the largest value
+ * (nan values passed over; -inf if there is none) and nanf[r] = whether any is nan. A
+ * chain kernel's scores tile and its row max in one pass: the max folds each 6 x 16
+ * block while it is still in registers, instead of a second walk over the tile per
+ * row (the row work, not the GEMM, is what a chain kernel loses time on). C, the max
+ * and the flag are what braze_mm, then y = x * s[r] (+ bias[r][j]) and a fold over the
+ * row give: bit for bit without a bias (with one, FMA contraction may round x * s +
+ * bias once). The kernels call it with a literal 0 for what they do not use, so once
+ * inlined the unused parts compile away.
  */
 static inline void braze_mm_scaled_max(int64_t m, int64_t n, int64_t k, const float *restrict A, int64_t lda,
                                        const float *restrict B, int64_t ldb, float *restrict C, int64_t ldc,
-                                       const float *restrict s, int64_t nv, float *restrict mx, int *restrict nanf) {
+                                       const float *restrict s, const float *const *bias, int64_t nv,
+                                       float *restrict mx, int *restrict nanf) {
     const int64_t n16 = n - n % 16, covered = nv - nv % 16 < n16 ? nv - nv % 16 : n16;
     int64_t i = 0;
     for (; i + 6 <= m; i += 6) {
@@ -158,13 +163,17 @@ static inline void braze_mm_scaled_max(int64_t m, int64_t n, int64_t k, const fl
             braze_mm_block6(k, A + i * lda, lda, B + j, ldb, x);
             for (int r = 0; r < 6; r++) {
                 const float sr = s ? s[i + r] : 1.0f;
-                const braze_v8 y0 = x[r][0] * sr, y1 = x[r][1] * sr;  /* x * 1 is x, nan included */
-                braze_v8_store(C + (i + r) * ldc + j, y0);
-                braze_v8_store(C + (i + r) * ldc + j + 8, y1);
+                braze_v8 y0 = x[r][0] * sr, y1 = x[r][1] * sr;  /* x * 1 is x, nan included */
                 if (j < covered) {
+                    if (bias) {
+                        y0 += braze_v8_load(bias[i + r] + j);
+                        y1 += braze_v8_load(bias[i + r] + j + 8);
+                    }
                     vm[r] = braze_v8_max(y1, braze_v8_max(y0, vm[r]));
                     vn[r] |= (y0 != y0) | (y1 != y1);
                 }
+                braze_v8_store(C + (i + r) * ldc + j, y0);
+                braze_v8_store(C + (i + r) * ldc + j + 8, y1);
             }
         }
         for (int r = 0; r < 6; r++) {
@@ -178,8 +187,8 @@ static inline void braze_mm_scaled_max(int64_t m, int64_t n, int64_t k, const fl
             nanf[i + r] = any;
         }
     }
-    /* rows past a multiple of 6, columns past a multiple of 16: braze_mm, then scale and
-     * fold what the blocks above did not */
+    /* rows past a multiple of 6, columns past a multiple of 16: braze_mm, then scale, add
+     * the bias and fold what the blocks above did not */
     if (i < m) braze_mm(m - i, n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, 0);
     if (n16 < n && i > 0) braze_mm(i, n - n16, k, A, lda, B + n16, ldb, C + n16, ldc, 0);
     for (int64_t r = 0; r < m; r++) {
@@ -187,6 +196,8 @@ static inline void braze_mm_scaled_max(int64_t m, int64_t n, int64_t k, const fl
         const int64_t scaled = r < i ? n16 : 0, folded = r < i ? covered : 0;
         if (s)
             for (int64_t j = scaled; j < n; j++) c[j] *= s[r];
+        if (bias)
+            for (int64_t j = folded; j < nv; j++) c[j] += bias[r][j];
         float v = r < i ? mx[r] : -__builtin_inff();
         int any = r < i ? nanf[r] : 0;
         for (int64_t j = folded; j < nv; j++) {
