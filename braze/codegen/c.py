@@ -186,8 +186,8 @@ class Renderer:
         self.stmts: list[str] = []
         self.hoisted = hoisted or {}  # loads done once per kernel (see _hoist)
         #: When a list: float32 ``exp`` is rendered as ``braze__exp_normal`` and its
-        #: argument appended here, for a loop that checks them (``braze__exp_outside``)
-        #: and is redone exactly when any was outside (``fast_then_exact``).
+        #: argument appended here, for a loop that folds their ``braze__exp_k``
+        #: and is redone with ``braze_expf`` when any k left [-126, 127] (``codegen/chain.py``).
         self.fast: list[str] | None = None
 
     def index(self, a: ir.Affine) -> str:

@@ -462,12 +462,15 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                 clauses = "".join(
                     (f" reduction({_OMP[k.stages[i].op]}:red{i})" if k.stages[i].op in _OMP else "")  # type: ignore[union-attr]
                     + f" reduction(|:rnan{i})" for i in ids)
-                res = [f"{ind}#pragma omp simd{clauses}{f' reduction(|:bad{n_loop})' if checks else ''}",
+                if checks:
+                    clauses += f" reduction(min:kmin{n_loop}) reduction(max:kmax{n_loop})"
+                res = [f"{ind}#pragma omp simd{clauses}",
                        f"{ind}for (int64_t jj = 0; jj < nk; jj++) {{",
                        f"{ind}    const int64_t i0 = j0 + jj; const float sv = st[ii * {BK} + jj]; (void)i0; (void)sv;"]
                 res += [f"{ind}    " + t for t in fold]
-                if checks:
-                    res.append(f"{ind}    bad{n_loop} |= {' | '.join(f'braze__exp_outside({x})' for x in checks)};")
+                for x in checks:
+                    res.append(f"{ind}    {{ const int32_t k = braze__exp_k({x}); kmin{n_loop} = k < kmin{n_loop} ? k : kmin{n_loop}; "
+                               f"kmax{n_loop} = k > kmax{n_loop} ? k : kmax{n_loop}; }}")
                 for i in ids:
                     s = k.stages[i]
                     assert isinstance(s, ir.Reduce)
@@ -483,15 +486,15 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                 return [f"{ind}red{i} = {_reduce_init(k.stages[i].op, k.stages[i].dtype)}; rnan{i} = 0;"  # type: ignore[union-attr]
                         for i in ids]
             # The exps run on the fast path (braze__exp_normal) and the loop is redone
-            # with braze_expf in the rare tile row where an argument was outside its
-            # range (a masked score, a subnormal or overflowing result, a nan); not a
+            # with braze_expf in the rare tile row where an argument's k left [-126, 127]
+            # (a masked score, a subnormal or overflowing result, a nan); not a
             # loop that overwrites the scores it reads (the stash).
             fold, xs, w, checks, stash = render(True)
             if stash:
                 fold, xs, w, checks, stash = render(False)
             body += [f"        float red{i}; int rnan{i};" for i in ids] + init_red("        ")
             if checks:
-                body.append(f"        int bad{n_loop} = 0;")
+                body.append(f"        int32_t kmin{n_loop} = 0, kmax{n_loop} = 0;")
             if fast and n_loop == 0:  # braze_mm_scaled_max folded this level with the scores
                 body.append("        if (fast) {")
                 body += [f"            red{i} = mx[ii]; rnan{i} = mxnan[ii];" for i in ids]
@@ -501,7 +504,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
             else:
                 body += loop(fold, xs, w, checks, "        ")
             if checks:
-                body.append(f"        if (bad{n_loop}) {{")
+                body.append(f"        if (kmin{n_loop} < -126 || kmax{n_loop} > 127) {{")
                 body += init_red("            ")
                 exact, xs_exact, w_exact, _, _ = render(False)
                 body += loop(exact, xs_exact, w_exact, [], "            ")

@@ -129,18 +129,22 @@ static inline float braze__exp_core(float x) {
     return braze__exp_poly(r) * braze__pow2i(ki);
 }
 
-/* e^x where the result is a normal float, x in (-87.6, 88.3): braze_expf's reduction
-   and polynomial with one scaling by 2^k (k in [-126, 127] there), so bit for bit
-   braze_expf; garbage elsewhere, where braze__exp_outside(x) is 1 (nan included).
-   For a loop that runs it first and is redone with braze_expf in the rare case that
-   needed it: softmax's weights exp(x - max) are in range unless masked or tiny. No
-   clamps and one scaling instead of two: a third of braze_expf's work less. */
+/* e^x by braze_expf's reduction and polynomial with one scaling by 2^k: bit for bit
+   braze_expf wherever -126 <= k <= 127 (k = braze__exp_k(x); for k = -126 the one
+   product rounds to a subnormal exactly as braze_expf's second product does), garbage
+   elsewhere. For a loop that runs it first, folds the min and max of k, and is redone
+   with braze_expf in the rare case that left [-126, 127]: softmax's weights exp(x -
+   max) are in range unless masked or tiny. No clamps and one scaling instead of two. */
 static inline float braze__exp_normal(float x) {
     float kf; int32_t ki;
     float r = braze__exp_reduce(x, &kf, &ki);
     return braze__exp_poly(r) * braze__pow2i(ki);
 }
-static inline int braze__exp_outside(float x) { return 1 ^ ((x > -87.6f) & (x < 88.3f)); }
+/* braze__exp_reduce's k, computed the same way (so gcc computes it once beside
+   braze__exp_normal(x)); a nan or infinite x gives a k far outside [-126, 127]. */
+static inline int32_t braze__exp_k(float x) {
+    return (int32_t)(braze__f2u(x * BRAZE__LOG2E + BRAZE__SHIFT) - braze__f2u(BRAZE__SHIFT));
+}
 
 static inline float braze_expf(float x) {
     /* Clamp (nan passes through: comparisons with nan are false). */
