@@ -109,6 +109,15 @@ def additive_bias_and_padding(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor)
     return braze.softmax(braze.from_numpy(bias) + q @ k.mT / math.sqrt(D), -1) @ v
 
 
+def per_head_windows(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+    """Sliding windows of a different width per head: a mask that depends on the head, so
+    no tile's fill can be known from another head's."""
+    width = braze.tensor([8.0, 30.0, 64.0, 150.0])[:, None, None]
+    i, j = _ij(q.shape[-2], k.shape[-2])
+    hidden = (j > i) | ((i - j).float() >= width)
+    return braze.softmax((q @ k.mT * D ** -0.5).masked_fill(hidden, -math.inf), -1) @ v
+
+
 def strided_values(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
     """Values whose head dim is not contiguous (a transposed view): packed, not read in place."""
     v_t = braze.from_numpy(np.ascontiguousarray(v.numpy().swapaxes(-1, -2)))
@@ -118,7 +127,8 @@ def strided_values(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.T
 VARIANTS = {"plain": (plain, H), "causal": (causal, H), "alibi": (alibi, H), "gqa": (gqa, HKV),
             "gqa_sdpa_causal": (gqa_sdpa, HKV), "softcap": (softcap, H), "sliding_window": (sliding_window, H),
             "bool_mask_input": (bool_mask_input, H), "additive_mask_input": (additive_mask_input, H),
-            "additive_bias_and_padding": (additive_bias_and_padding, H), "strided_values": (strided_values, H)}
+            "additive_bias_and_padding": (additive_bias_and_padding, H), "strided_values": (strided_values, H),
+            "per_head_windows": (per_head_windows, H)}
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))

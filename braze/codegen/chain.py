@@ -182,6 +182,17 @@ def _fused_max(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr | None,
     return None if scaled is None else (scaled[0], scaled[1], bias)
 
 
+def _batch_free(e: ir.Expr, n_batch_dims: int) -> bool:
+    """Does ``e`` read no coordinate of the first ``n_batch_dims`` outer dims?"""
+    for x in ir.walk(e):
+        if isinstance(x, ir.Coord) and x.dim < n_batch_dims:
+            return False
+        if isinstance(x, ir.Load) and (any(x.index.coeffs[:n_batch_dims])
+                                       or any(c < n_batch_dims for c, _, _ in x.when)):
+            return False
+    return True
+
+
 def _rows_in_place(v: ir.Load, n_outer: int) -> int | None:
     """The row stride of the contraction's right operand when it can be read where it
     is (float32 rows contiguous along the head dim): its tiles then need no packed copy."""
@@ -289,20 +300,25 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
             return [f"    const int fast = {int(fused is not None)};"]
         r = R()
         fill_when = r.expr(skip.filled)
-        res = []
-        if fused is None or skip.bias is not None:  # an additive mask: every tile is fast
-            res += [f"    const int fast = {int(fused is not None)};",
-                    "    int skip = 1;",
+        early = fused is None or skip.bias is not None  # only "every score is the fill" matters
+        res = ["    int skip, fast;",
+               f"    const int64_t mi = (task % {blocks}) * {ntiles} + j0 / {BK};",
+               "    const int seen = tilememo ? __atomic_load_n(tilememo + mi, __ATOMIC_RELAXED) : 0;",
+               f"    if (seen) {{ skip = seen == 1; fast = {int(fused is not None) if early else 'seen == 2'}; }}",
+               "    else {"]
+        if early:  # (an additive mask: every tile is fast)
+            res += [f"    fast = {int(fused is not None)};",
+                    "    skip = 1;",
                     "    for (int64_t ii = 0; ii < nq && skip; ii++) {"]
             res += row_coords("        ")
-            res += ["        int64_t filled = 0;",
+            res += ["        int filled = 0;",
                     "        #pragma omp simd reduction(+:filled)",
                     "        for (int64_t jj = 0; jj < nk; jj++) {",
                     "            const int64_t i0 = j0 + jj;"]
             res += ["            " + t for t in r.take()]
             res += [f"            filled += {fill_when};", "        }", "        skip = filled == nk;", "    }"]
         else:
-            res += ["    int64_t filled = 0;",
+            res += ["    int filled = 0;",
                     "    for (int64_t ii = 0; ii < nq; ii++) {"]
             res += row_coords("        ")
             res += ["        #pragma omp simd reduction(+:filled)",
@@ -310,8 +326,10 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                     "            const int64_t i0 = j0 + jj;"]
             res += ["            " + t for t in r.take()]
             res += [f"            filled += {fill_when};", "        }", "    }",
-                    "    const int fast = filled == 0;",
-                    "    int skip = filled == nq * nk;"]
+                    "    fast = filled == 0;",
+                    "    skip = filled == nq * nk;"]
+        res += ["    if (tilememo) __atomic_store_n(tilememo + mi, skip ? 1 : fast ? 2 : 3, __ATOMIC_RELAXED);",
+                "    }"]
         if skip.bias is not None:
             # -inf + dot * f is -inf only for a finite dot * f: |dot| <= d max|a| max|b|
             # bounds it (Dot's rows in qt; a nan anywhere keeps the bound from holding).
@@ -632,6 +650,11 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     # parallel, before the main loop.
     kn, vn = n_batch * ntiles * d * BK, 0 if ldv is not None else n_batch * ntiles * BK * e
     out.append(f"    float *kpack = {'0' if blocks < 4 else f'(float *)malloc(sizeof(float) * {kn + vn})'};")
+    # Which tiles are all fill, none or mixed, per (row block, key tile), when the mask
+    # is the same for every batch (heads: an (N, N) mask or the causal one): found once,
+    # not once per head (0: not yet; several tasks may find it, and they agree).
+    shared = skip is not None and n_batch > 1 and _batch_free(skip.filled, n_outer - nr)
+    out.append(f"    unsigned char *tilememo = {f'(unsigned char *)calloc({blocks * ntiles}, 1)' if shared else '0'};")
     out.append(f"    float *vpack = kpack ? kpack + {kn} : 0;")
     out.append("    if (kpack) {")
     out.append(f"        #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)")
@@ -680,5 +703,6 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     out.append("        free(parts);")
     out.append("    }")
     out.append("    free(kpack);")
+    out.append("    free(tilememo);")
     out.append("}")
     return "\n".join(out)
