@@ -118,16 +118,18 @@ def per_head_windows(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze
     return braze.softmax((q @ k.mT * D ** -0.5).masked_fill(hidden, -math.inf), -1) @ v
 
 
-def strided_values(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
-    """Values whose head dim is not contiguous (a transposed view): packed, not read in place."""
-    v_t = braze.from_numpy(np.ascontiguousarray(v.numpy().swapaxes(-1, -2)))
-    return braze.softmax(q @ k.mT / math.sqrt(D), -1) @ v_t.mT
+def strided_keys_and_values(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+    """Keys and values whose head dim is not contiguous (transposed views): values packed
+    rather than read in place, keys transposed element by element rather than by 8 x 8
+    blocks."""
+    k_t, v_t = (braze.from_numpy(np.ascontiguousarray(x.numpy().swapaxes(-1, -2))) for x in (k, v))
+    return braze.softmax(q @ k_t / math.sqrt(D), -1) @ v_t.mT
 
 
 VARIANTS = {"plain": (plain, H), "causal": (causal, H), "alibi": (alibi, H), "gqa": (gqa, HKV),
             "gqa_sdpa_causal": (gqa_sdpa, HKV), "softcap": (softcap, H), "sliding_window": (sliding_window, H),
             "bool_mask_input": (bool_mask_input, H), "additive_mask_input": (additive_mask_input, H),
-            "additive_bias_and_padding": (additive_bias_and_padding, H), "strided_values": (strided_values, H),
+            "additive_bias_and_padding": (additive_bias_and_padding, H), "strided_keys_and_values": (strided_keys_and_values, H),
             "per_head_windows": (per_head_windows, H)}
 
 

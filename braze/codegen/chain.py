@@ -389,9 +389,20 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         res.append(f"{ind}}}")
         return res
 
+    ldk = _rows_in_place(dot.b, n_outer) if d % 8 == 0 else None
+    k_at = f"a{dot.b.arg} + " + Renderer([f"o{i}" for i in range(n_outer)] + ["j0", "0"]).index(dot.b.index)
+
     def pack_k(dst: str) -> list[str]:
-        """The key tile at ``j0``, transposed to ``[d][j]`` (zero past the row's end)."""
-        return [f"for (int64_t jj = 0; jj < {BK}; jj++) {{",  # rows of B^T are contiguous: read along them
+        """The key tile at ``j0``, transposed to ``[d][j]`` (zero past the row's end):
+        by 8 x 8 blocks (``braze_transpose8``) where float32 key rows are contiguous."""
+        res = []
+        first = "0"
+        if ldk is not None:
+            res += ["int64_t jb = 0;",
+                    f"for (; jb + 8 <= nk; jb += 8) for (int64_t dd = 0; dd < {d}; dd += 8) "
+                    f"braze_transpose8({k_at} + jb * {ldk} + dd, {ldk}, {dst} + dd * {BK} + jb, {BK});"]
+            first = "jb"
+        return res + [f"for (int64_t jj = {first}; jj < {BK}; jj++) {{",  # rows of B^T are contiguous: read along them
                 "    const int64_t i0 = j0 + jj;",
                 f"    if (jj < nk) for (int64_t dd = 0; dd < {d}; dd++) {dst}[dd * {BK} + jj] = {load(dot.b)};",
                 f"    else for (int64_t dd = 0; dd < {d}; dd++) {dst}[dd * {BK} + jj] = 0.0f;",
@@ -442,15 +453,17 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
             # into cache a slice per row while this tile's rows are worked on: a head's
             # keys and values together outgrow L2 from N = 1024 (d = 64), so each row
             # block would otherwise wait on L3 for every tile (4% of the plain kernel).
+            k_next = (f"(const char *)(ktp + {d * BK})" if ldk != d
+                      else f"(const char *)(kpack ? ktp + {d * BK} : {k_at} + {BK * d})")
             v_next = (f"kpack ? (const char *)(vtp + {BK * e}) : 0" if ldv is None
                       else f"(const char *)(vtp + {BK * ldv})" if ldv == e else "0")
-            body += [f"    const char *pk = kpack && j0 + {BK} < {hi} ? (const char *)(ktp + {d * BK}) : 0;",
+            body += [f"    const char *pk = j0 + {BK} < {hi} && {'kpack' if ldk != d else '1'} ? {k_next} : 0;",
                      f"    const char *pv = j0 + {BK} < {hi} ? {v_next} : 0;"]
         body += ["    for (int64_t ii = 0; ii < nq; ii++) {"]
-        if prefetch:
-            lk, lv = -(-d * BK * 4 // (64 * BQ)), -(-BK * e * 4 // (64 * BQ))
-            body += [f"        if (pk) for (int l = 0; l < {lk}; l++) __builtin_prefetch(pk + (ii * {lk} + l) * 64, 0, 2);",
-                     f"        if (pv) for (int l = 0; l < {lv}; l++) __builtin_prefetch(pv + (ii * {lv} + l) * 64, 0, 2);"]
+        if prefetch:  # lines [ii, ii + 1) * lines / nq of each
+            for name, lines in (("pk", d * BK * 4 // 64), ("pv", BK * e * 4 // 64)):
+                body.append(f"        if ({name}) for (int64_t l = ii * {lines} / nq; l < (ii + 1) * {lines} / nq; l++) "
+                            f"__builtin_prefetch({name} + l * 64, 0, 2);")
         body += row_coords("        ")
         acc = "ns{}" if rolling else "acc{}[ii]"
         if rolling:
