@@ -352,3 +352,44 @@ def test_an_additive_mask_skips_a_tile_only_where_the_scores_are_finite(monkeypa
     assert np.isnan(ref[0, 0, 5]).all() and np.isnan(ref[0, :, 9]).all()
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_every_variant_decodes_in_one_kernel_reading_keys_in_place(name: str, monkeypatch: Any) -> None:
+    """One query per head (two per KV head for GQA) against 1001 keys (a last tile of 41:
+    past every multiple the dot-product loops take): the few rows of a task read the
+    keys where they are (``braze_mm_nt``), except keys whose head dim is strided, which
+    are packed as before. Scores of a huge query, a nan and an inf in the keys give
+    the reference's result, nan where it has nan."""
+    fn, hkv = VARIANTS[name]
+    q, k, v = _inputs(20, n_q=1, n_kv=1001, hkv=hkv)
+    q[0, 0, 0] *= 1e4
+    k[0, 1, 500, 3] = np.nan
+    k[0, 0, 700, 0] = np.inf
+    plan.clear()
+    got, ref, st = _run(fn, [q, k, v], monkeypatch)
+    assert st["kernel_launches"] == 1, st
+    assert any("braze_mm_nt(" in src for src in _chain_sources()) == (name != "strided_keys_and_values")
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("group", [3, 4, 8])
+def test_gqa_decode_with_keys_strided_in_a_fused_cache(group: int, monkeypatch: Any) -> None:
+    """Keys and values as views of one (B, HKV, N, 2 * D) buffer, so a key row is D
+    floats at a stride of 2 * D, read in place; groups of 3 (an odd last row), 4 and 8
+    query heads per KV head; an additive padding mask over the last keys."""
+    rng = np.random.default_rng(21)
+    kv = rng.standard_normal((B, HKV, 777, 2 * D)).astype(np.float32)
+    q = rng.standard_normal((B, HKV * group, 1, D)).astype(np.float32)
+    pad = np.zeros((1, 777), np.float32)
+    pad[:, 700:] = -np.inf
+
+    def prog(q: braze.Tensor, kv: braze.Tensor) -> braze.Tensor:
+        return F.scaled_dot_product_attention(q, kv[..., :D], kv[..., D:], attn_mask=braze.from_numpy(pad),
+                                              enable_gqa=True)
+    plan.clear()
+    got, ref, st = _run(prog, [q, kv], monkeypatch)
+    assert st["kernel_launches"] == 1, st
+    assert any("braze_mm_nt_scaled_max(" in src for src in _chain_sources())
+    np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)

@@ -45,6 +45,7 @@ from .c import _OMP, Renderer, _passes, _reduce_init, _reduce_update, _safe, mov
 
 BQ = 48  # rows per task (a multiple of the GEMM tile's 6): each packed B and V tile serves them all
 BK = 96  # row-axis tile: scores, weights and packed tiles are BQ x BK / BK x D / BK x E
+NARROW = 8  # at most this many rows per task: keys are read in place (``braze_mm_nt``)
 
 
 def tile_bytes(d: int, e: int) -> int:
@@ -391,6 +392,23 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
 
     ldk = _rows_in_place(dot.b, n_outer) if d % 8 == 0 else None
     k_at = f"a{dot.b.arg} + " + Renderer([f"o{i}" for i in range(n_outer)] + ["j0", "0"]).index(dot.b.index)
+    # A task of few rows (decoding) reads its keys in place, by dot products along
+    # them (braze_mm_nt): transposing a tile would cost as much as the GEMM it feeds.
+    narrow = ldk is not None and rows_per_batch <= NARROW
+
+    def scores(fused_args: str | None = None) -> list[str]:
+        """The scores tile ``st`` of tile ``j0``; with ``fused_args`` (the row scales,
+        the additive mask's rows, the row max and nan flag) by ``braze_mm_scaled_max``
+        where the tile is ``fast``."""
+        if narrow:
+            mm = f"braze_mm_nt(nq, nk, {d}, qt, {d}, {k_at}, {ldk}, st, {BK}"
+            fused_mm = f"braze_mm_nt_scaled_max(nq, nk, {d}, qt, {d}, {k_at}, {ldk}, st, {BK}"
+        else:
+            mm = f"braze_mm(nq, {BK}, {d}, qt, {d}, ktp, {BK}, st, {BK}, 0"
+            fused_mm = f"braze_mm_scaled_max(nq, {BK}, {d}, qt, {d}, ktp, {BK}, st, {BK}"
+        if fused_args is None:
+            return [f"    {mm});"]
+        return [f"    if (fast) {fused_mm}, {fused_args});", f"    else {mm});"]
 
     def pack_k(dst: str) -> list[str]:
         """The key tile at ``j0``, transposed to ``[d][j]`` (zero past the row's end):
@@ -426,7 +444,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                  f"    const float *ktp = kpack ? kpack + tile * {d * BK} : kt;",
                  f"    const float *vtp = {v_at if ldv is not None else f'kpack ? vpack + tile * {BK * e} : vt'};",
                  "    if (!kpack) {"]
-        body += ["        " + t for t in pack_k("kt")]
+        if not narrow:
+            body += ["        " + t for t in pack_k("kt")]
         if with_contract and ldv is None:
             body += ["        " + t for t in pack_v("vt")]
         body.append("    }")
@@ -442,12 +461,12 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                 body.append(f"        brow[ii] = a{bias.arg} + "
                             + Renderer([f"o{i}" for i in range(n_outer)] + ["j0"]).index(bias.index) + ";")
                 body.append("    }")
-            body += [f"    if (fast) braze_mm_scaled_max(nq, {BK}, {d}, qt, {d}, ktp, {BK}, st, {BK}, {sc}, "
-                     f"{'brow' if bias is not None else '0'}, nk, mx, mxnan);",
-                     f"    else braze_mm(nq, {BK}, {d}, qt, {d}, ktp, {BK}, st, {BK}, 0);"]
+            body += scores(f"{sc}, {'brow' if bias is not None else '0'}, nk, mx, mxnan")
         else:
-            body.append(f"    braze_mm(nq, {BK}, {d}, qt, {d}, ktp, {BK}, st, {BK}, 0);")
-        prefetch = rolling and with_contract
+            body += scores()
+        # (not when keys are read in place by few rows: the hardware's stream
+        # prefetch keeps up there, and the prefetches only queue behind it)
+        prefetch = rolling and with_contract and not narrow
         if prefetch:
             # The next tile's packed keys and its values (when contiguous) are fetched
             # into cache a slice per row while this tile's rows are worked on: a head's

@@ -26,53 +26,27 @@ static inline braze_v8 braze_v8_init(const float *p, int acc) {
     return z;
 }
 
-static inline void braze_mm_rows4(int64_t n, int64_t k, const float *restrict A, int64_t lda,
-                                  const float *restrict B, int64_t ldb, float *restrict C, int64_t ldc, int acc) {
-    const float *a0 = A, *a1 = A + lda, *a2 = A + 2 * lda, *a3 = A + 3 * lda;
-    float *c0 = C, *c1 = C + ldc, *c2 = C + 2 * ldc, *c3 = C + 3 * ldc;
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        braze_v8 x00 = braze_v8_init(c0 + j, acc), x01 = braze_v8_init(c0 + j + 8, acc);
-        braze_v8 x10 = braze_v8_init(c1 + j, acc), x11 = braze_v8_init(c1 + j + 8, acc);
-        braze_v8 x20 = braze_v8_init(c2 + j, acc), x21 = braze_v8_init(c2 + j + 8, acc);
-        braze_v8 x30 = braze_v8_init(c3 + j, acc), x31 = braze_v8_init(c3 + j + 8, acc);
-        for (int64_t p = 0; p < k; p++) {
-            const braze_v8 b0 = braze_v8_load(B + p * ldb + j), b1 = braze_v8_load(B + p * ldb + j + 8);
-            const float s0 = a0[p], s1 = a1[p], s2 = a2[p], s3 = a3[p];
-            x00 += s0 * b0; x01 += s0 * b1;
-            x10 += s1 * b0; x11 += s1 * b1;
-            x20 += s2 * b0; x21 += s2 * b1;
-            x30 += s3 * b0; x31 += s3 * b1;
-        }
-        braze_v8_store(c0 + j, x00); braze_v8_store(c0 + j + 8, x01);
-        braze_v8_store(c1 + j, x10); braze_v8_store(c1 + j + 8, x11);
-        braze_v8_store(c2 + j, x20); braze_v8_store(c2 + j + 8, x21);
-        braze_v8_store(c3 + j, x30); braze_v8_store(c3 + j + 8, x31);
-    }
-    for (; j < n; j++) {
-        float y0 = acc ? c0[j] : 0.0f, y1 = acc ? c1[j] : 0.0f, y2 = acc ? c2[j] : 0.0f, y3 = acc ? c3[j] : 0.0f;
-        for (int64_t p = 0; p < k; p++) {
-            const float b = B[p * ldb + j];
-            y0 += a0[p] * b; y1 += a1[p] * b; y2 += a2[p] * b; y3 += a3[p] * b;
-        }
-        c0[j] = y0; c1[j] = y1; c2[j] = y2; c3[j] = y3;
-    }
-}
-
+/* One row of C: 64 columns in eight accumulators (as many FMAs in flight as the two
+ * FMA pipes times their latency need), then 8-column steps, then single columns.
+ * Rows past a multiple of 6 take it: a decoding chain kernel's few query rows, where it
+ * beats a 4 x 16 block (eight accumulators fed by four broadcasts and two loads per
+ * step, latency-bound) by about a third. */
 static inline void braze_mm_row(int64_t n, int64_t k, const float *restrict a, const float *restrict B,
                                 int64_t ldb, float *restrict c, int acc) {
     int64_t j = 0;
-    for (; j + 32 <= n; j += 32) {
-        braze_v8 x0 = braze_v8_init(c + j, acc), x1 = braze_v8_init(c + j + 8, acc);
-        braze_v8 x2 = braze_v8_init(c + j + 16, acc), x3 = braze_v8_init(c + j + 24, acc);
+    for (; j + 64 <= n; j += 64) {
+        braze_v8 x[8];
+        for (int l = 0; l < 8; l++) x[l] = braze_v8_init(c + j + 8 * l, acc);
         for (int64_t p = 0; p < k; p++) {
             const float s = a[p];
-            const float *b = B + p * ldb + j;
-            x0 += s * braze_v8_load(b); x1 += s * braze_v8_load(b + 8);
-            x2 += s * braze_v8_load(b + 16); x3 += s * braze_v8_load(b + 24);
+            for (int l = 0; l < 8; l++) x[l] += s * braze_v8_load(B + p * ldb + j + 8 * l);
         }
-        braze_v8_store(c + j, x0); braze_v8_store(c + j + 8, x1);
-        braze_v8_store(c + j + 16, x2); braze_v8_store(c + j + 24, x3);
+        for (int l = 0; l < 8; l++) braze_v8_store(c + j + 8 * l, x[l]);
+    }
+    for (; j + 8 <= n; j += 8) {
+        braze_v8 x = braze_v8_init(c + j, acc);
+        for (int64_t p = 0; p < k; p++) x += a[p] * braze_v8_load(B + p * ldb + j);
+        braze_v8_store(c + j, x);
     }
     for (; j < n; j++) {
         float y = acc ? c[j] : 0.0f;
@@ -112,17 +86,14 @@ static inline void braze_mm_rows6(int64_t n, int64_t k, const float *restrict A,
             braze_v8_store(C + r * ldc + j + 8, x[r][1]);
         }
     }
-    if (j < n) {
-        braze_mm_rows4(n - j, k, A, lda, B + j, ldb, C + j, ldc, acc);
-        for (int r = 4; r < 6; r++) braze_mm_row(n - j, k, A + r * lda, B + j, ldb, C + r * ldc + j, acc);
-    }
+    if (j < n)
+        for (int r = 0; r < 6; r++) braze_mm_row(n - j, k, A + r * lda, B + j, ldb, C + r * ldc + j, acc);
 }
 
 static inline void braze_mm(int64_t m, int64_t n, int64_t k, const float *restrict A, int64_t lda,
                             const float *restrict B, int64_t ldb, float *restrict C, int64_t ldc, int acc) {
     int64_t i = 0;
     for (; i + 6 <= m; i += 6) braze_mm_rows6(n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, acc);
-    for (; i + 4 <= m; i += 4) braze_mm_rows4(n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, acc);
     for (; i < m; i++) braze_mm_row(n, k, A + i * lda, B, ldb, C + i * ldc, acc);
 }
 
@@ -158,6 +129,44 @@ static inline void braze_transpose8(const float *restrict src, int64_t lds, floa
 static inline braze_v8 braze_v8_max(braze_v8 a, braze_v8 b) {
     const braze_i8 m = a > b;
     return (braze_v8)(((braze_i8)a & m) | ((braze_i8)b & ~m));
+}
+
+/* The part of braze_mm_scaled_max past its 6 x 16 blocks: rows below ``done`` have
+ * their first n16 columns scaled and their first ``covered`` folded into mx and nanf
+ * already; the other rows have nothing. Scale, add the bias and fold the rest, eight
+ * columns at a time where there are eight. */
+static inline void braze_scaled_max_rest(int64_t m, int64_t n, float *restrict C, int64_t ldc,
+                                         const float *restrict s, const float *const *bias, int64_t nv,
+                                         float *restrict mx, int *restrict nanf, int64_t done, int64_t n16,
+                                         int64_t covered) {
+    for (int64_t r = 0; r < m; r++) {
+        float *c = C + r * ldc;
+        const int64_t scaled = r < done ? n16 : 0, folded = r < done ? covered : 0;
+        if (s)
+            for (int64_t j = scaled; j < n; j++) c[j] *= s[r];
+        if (bias)
+            for (int64_t j = folded; j < nv; j++) c[j] += bias[r][j];
+        braze_v8 vm = (braze_v8){0, 0, 0, 0, 0, 0, 0, 0} - __builtin_inff();
+        braze_i8 vn = (braze_i8){0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t j = folded;
+        for (; j + 8 <= nv; j += 8) {
+            const braze_v8 y = braze_v8_load(c + j);
+            vm = braze_v8_max(y, vm);
+            vn |= y != y;
+        }
+        float v = r < done ? mx[r] : -__builtin_inff();
+        int any = r < done ? nanf[r] : 0;
+        for (int l = 0; l < 8; l++) {
+            v = vm[l] > v ? vm[l] : v;
+            any |= vn[l] != 0;
+        }
+        for (; j < nv; j++) {
+            v = c[j] > v ? c[j] : v;
+            any |= c[j] != c[j];
+        }
+        mx[r] = v;
+        nanf[r] = any;
+    }
 }
 
 /* braze_mm_scaled_max: C = A * B with row r multiplied by s[r] (s may be 0: no
@@ -218,20 +227,89 @@ static inline void braze_mm_scaled_max(int64_t m, int64_t n, int64_t k, const fl
      * the bias and fold what the blocks above did not */
     if (i < m) braze_mm(m - i, n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, 0);
     if (n16 < n && i > 0) braze_mm(i, n - n16, k, A, lda, B + n16, ldb, C + n16, ldc, 0);
-    for (int64_t r = 0; r < m; r++) {
+    braze_scaled_max_rest(m, n, C, ldc, s, bias, nv, mx, nanf, i, n16, covered);
+}
+
+/* 8 vectors to one: lane l is the sum of x[l]'s eight lanes (three rounds of shuffles
+ * and adds, as braze_transpose8 moves them). */
+static inline braze_v8 braze_v8_sum8(const braze_v8 x[8]) {
+    braze_v8 t[4], u[2];
+    for (int i = 0; i < 4; i++)
+        t[i] = BRAZE_SHUFFLE8(x[2 * i], x[2 * i + 1], 0, 8, 2, 10, 4, 12, 6, 14)
+             + BRAZE_SHUFFLE8(x[2 * i], x[2 * i + 1], 1, 9, 3, 11, 5, 13, 7, 15);
+    for (int i = 0; i < 2; i++)
+        u[i] = BRAZE_SHUFFLE8(t[2 * i], t[2 * i + 1], 0, 1, 8, 9, 4, 5, 12, 13)
+             + BRAZE_SHUFFLE8(t[2 * i], t[2 * i + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+    return BRAZE_SHUFFLE8(u[0], u[1], 0, 1, 2, 3, 8, 9, 10, 11) + BRAZE_SHUFFLE8(u[0], u[1], 4, 5, 6, 7, 12, 13, 14, 15);
+}
+
+/* One dot product of two contiguous rows of k floats, k a multiple of 8. */
+static inline float braze_dot(int64_t k, const float *restrict a, const float *restrict b) {
+    braze_v8 x = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t p = 0; p < k; p += 8) x += braze_v8_load(a + p) * braze_v8_load(b + p);
+    float y = 0.0f;
+    for (int l = 0; l < 8; l++) y += x[l];
+    return y;
+}
+
+/* braze_mm_nt: C = A * Bt^T for B given by its rows' transposes, Bt n x k (row stride
+ * ldbt), k a multiple of 8: C[r][j] is a dot product along the contiguous rows of A
+ * and Bt, in eight accumulators reduced by braze_v8_sum8: two rows times four columns
+ * at a time (each row of Bt loaded serves both), an odd last row eight columns at a
+ * time, the columns left over one by one. A chain kernel with few rows (decoding: one
+ * query, or a GQA group, per KV head) reads its keys in place this way: packing a key
+ * tile transposed for braze_mm costs as much as the GEMM itself when only a few rows
+ * use it (decoding at N_kv = 4096, 4 rows per KV head: 320 against 207 us, harness). */
+static inline void braze_mm_nt(int64_t m, int64_t n, int64_t k, const float *restrict A, int64_t lda,
+                               const float *restrict Bt, int64_t ldbt, float *restrict C, int64_t ldc) {
+    int64_t r = 0;
+    for (; r + 2 <= m; r += 2) {
+        const float *a = A + r * lda;
         float *c = C + r * ldc;
-        const int64_t scaled = r < i ? n16 : 0, folded = r < i ? covered : 0;
-        if (s)
-            for (int64_t j = scaled; j < n; j++) c[j] *= s[r];
-        if (bias)
-            for (int64_t j = folded; j < nv; j++) c[j] += bias[r][j];
-        float v = r < i ? mx[r] : -__builtin_inff();
-        int any = r < i ? nanf[r] : 0;
-        for (int64_t j = folded; j < nv; j++) {
-            v = c[j] > v ? c[j] : v;
-            any |= c[j] != c[j];
+        int64_t j = 0;
+        for (; j + 4 <= n; j += 4) {
+            braze_v8 x[8] = {{0}};
+            for (int64_t p = 0; p < k; p += 8) {
+                const braze_v8 a0 = braze_v8_load(a + p), a1 = braze_v8_load(a + lda + p);
+                for (int l = 0; l < 4; l++) {
+                    const braze_v8 b = braze_v8_load(Bt + (j + l) * ldbt + p);
+                    x[l] += a0 * b;
+                    x[4 + l] += a1 * b;
+                }
+            }
+            const braze_v8 y = braze_v8_sum8(x);
+            for (int l = 0; l < 4; l++) {
+                c[j + l] = y[l];
+                c[ldc + j + l] = y[4 + l];
+            }
         }
-        mx[r] = v;
-        nanf[r] = any;
+        for (; j < n; j++) {
+            c[j] = braze_dot(k, a, Bt + j * ldbt);
+            c[ldc + j] = braze_dot(k, a + lda, Bt + j * ldbt);
+        }
     }
+    for (; r < m; r++) {
+        const float *a = A + r * lda;
+        float *c = C + r * ldc;
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+            braze_v8 x[8] = {{0}};
+            for (int64_t p = 0; p < k; p += 8) {
+                const braze_v8 av = braze_v8_load(a + p);
+                for (int l = 0; l < 8; l++) x[l] += av * braze_v8_load(Bt + (j + l) * ldbt + p);
+            }
+            braze_v8_store(c + j, braze_v8_sum8(x));
+        }
+        for (; j < n; j++) c[j] = braze_dot(k, a, Bt + j * ldbt);
+    }
+}
+
+/* braze_mm_scaled_max with B given as Bt (braze_mm_nt), computing only the first n
+ * columns of C. */
+static inline void braze_mm_nt_scaled_max(int64_t m, int64_t n, int64_t k, const float *restrict A, int64_t lda,
+                                          const float *restrict Bt, int64_t ldbt, float *restrict C, int64_t ldc,
+                                          const float *restrict s, const float *const *bias, int64_t nv,
+                                          float *restrict mx, int *restrict nanf) {
+    braze_mm_nt(m, n, k, A, lda, Bt, ldbt, C, ldc);
+    braze_scaled_max_rest(m, n, C, ldc, s, bias, nv, mx, nanf, 0, 0, 0);
 }
