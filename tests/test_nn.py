@@ -556,6 +556,33 @@ def test_sdpa_gqa() -> None:
         F.scaled_dot_product_attention(_t(q[:, :7]), _t(k), _t(v), enable_gqa=True)
 
 
+@pytest.mark.parametrize("mask", [None, "causal", "bool_per_head", "float_keys"])
+def test_sdpa_gqa_one_query(mask: str | None) -> None:
+    """Decoding: with one query the group's heads become the query rows of one matrix
+    per KV head (another formulation than longer queries); same results, masks of any
+    broadcastable shape included, for 4-D and 3-D inputs."""
+    rng = _rng(30)
+    q, k, v = _qkv(rng, 2, 6, 2, 1, 7, 8)
+    kw: dict = {}
+    want_mask = None
+    if mask == "causal":
+        kw["is_causal"] = True
+    if mask == "bool_per_head":
+        want_mask = rng.random((2, 6, 1, 7)) < 0.6
+        want_mask[..., 0] = True
+        kw["attn_mask"] = braze.tensor(want_mask)
+    if mask == "float_keys":
+        want_mask = _f32(rng, 7)
+        kw["attn_mask"] = _t(want_mask)
+    got = F.scaled_dot_product_attention(_t(q), _t(k), _t(v), enable_gqa=True, **kw)
+    assert got.shape == (2, 6, 1, 8)
+    _close(got, _sdpa_np(q, k, v, want_mask, causal=mask == "causal", gqa=True))
+    kw3 = {} if mask == "bool_per_head" else kw  # that mask has a batch dim
+    got3 = F.scaled_dot_product_attention(_t(q[0]), _t(k[0]), _t(v[0]), enable_gqa=True, **kw3)
+    _close(got3, _sdpa_np(q[0], k[0], v[0], want_mask if mask == "float_keys" else None,
+                          causal=mask == "causal", gqa=True))
+
+
 def test_sdpa_3d_inputs() -> None:
     rng = _rng(16)
     q, k, v = _f32(rng, 3, 5, 8), _f32(rng, 3, 7, 8), _f32(rng, 3, 7, 2)  # value head dim may differ

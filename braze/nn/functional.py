@@ -101,34 +101,40 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         raise ShapeMismatch("scaled_dot_product_attention", [query.shape, key.shape, value.shape],
                             "q and k need the same head dim, k and v the same length")
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    groups = 1
+    q_len = query.shape[-2]
+    out_shape = None
     if enable_gqa and query.ndim >= 3 and key.ndim >= 3 and key.shape[-3] != query.shape[-3]:
         hq, hk = query.shape[-3], key.shape[-3]
         if hq % hk:
             raise ShapeMismatch("scaled_dot_product_attention", [query.shape, key.shape],
                                 f"{hq} query heads are not a multiple of {hk} kv heads")
         # Each KV head serves a group of query heads: split the query heads into
-        # (kv heads, group) and let matmul broadcast k and v over the group. Views only,
-        # so a fused kernel reads each KV head where it is (no repeat_kv copy).
+        # (kv heads, group). Views only, so a fused kernel reads each KV head where it
+        # is (no repeat_kv copy). Decoding (one query) makes the group the query rows,
+        # (hk, groups, D) against k and v as they are; longer queries let matmul
+        # broadcast k and v over the group. Both are one kernel; the first records a
+        # third faster (no 5-d broadcasts), which is what a decoding step pays for.
         groups = hq // hk
         lead = query.shape[:-3]
-        query = query.reshape(*lead, hk, groups, *query.shape[-2:])
-        key, value = key.unsqueeze(-3), value.unsqueeze(-3)
+        out_shape = query.shape
+        rows = (groups,) if q_len == 1 else (groups, q_len)
+        query = query.reshape(*lead, hk, *rows, query.shape[-1])
+        if q_len != 1:
+            key, value = key.unsqueeze(-3), value.unsqueeze(-3)
         if attn_mask is not None:
-            full = broadcast_shapes("scaled_dot_product_attention", attn_mask.shape,
-                                    (*lead, hq, query.shape[-2], key.shape[-2]))
-            attn_mask = attn_mask.expand(*full).reshape(*full[:-3], hk, groups, *full[-2:])
+            full = broadcast_shapes("scaled_dot_product_attention", attn_mask.shape, (*lead, hq, q_len, key.shape[-2]))
+            attn_mask = attn_mask.expand(*full).reshape(*full[:-3], hk, *rows, full[-1])
     scores = (query @ key.mT) * scale
     if is_causal:
-        scores = scores.masked_fill(causal_mask(query.shape[-2], key.shape[-2], 0).logical_not(), -math.inf)
+        scores = scores.masked_fill(causal_mask(q_len, key.shape[-2], 0).logical_not(), -math.inf)
     if attn_mask is not None:
         if attn_mask.dtype is dt.bool_:
             scores = where(attn_mask, scores, -math.inf)
         else:
             scores = scores + attn_mask
     out = softmax(scores, -1) @ value
-    if groups > 1:
-        out = out.reshape(*out.shape[:-4], out.shape[-4] * groups, *out.shape[-2:])
+    if out_shape is not None:
+        out = out.reshape(*out_shape[:-1], out.shape[-1])
     return out
 
 
