@@ -477,6 +477,7 @@ _NO_ARENA = np.empty(0, np.uint8)
 def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
     nthreads = cpu.get_num_threads()
     arena = memory.arena(plan.arena_bytes) if plan.offsets else _NO_ARENA
+    base = arena.ctypes.data if plan.offsets else 0
     try:
         for i, step in enumerate(plan.steps):
             if isinstance(step, ExternStep):
@@ -490,13 +491,14 @@ def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
                 for k, off in plan.bind[i]:
                     st = storages[k]
                     st.array = arena[off:off + st.numel * st.dtype.itemsize].view(st.dtype.np)
+                    st.address(base + off)
                 for k in kstep.outputs:
                     st = storages[k]
                     if st.array is None:
                         st.array = memory.allocate(st.dtype.np, st.numel, "kernel")
                 ptrs = (ctypes.c_void_p * len(kstep.args))(*[
-                    storages[k].array.ctypes.data if r is None else
-                    storages[k].array.ctypes.data + nodes[r[0]].inputs[r[1]].layout.offset * storages[k].dtype.itemsize
+                    storages[k].address() if r is None else
+                    storages[k].address() + nodes[r[0]].inputs[r[1]].layout.offset * storages[k].dtype.itemsize
                     for k, r in zip(kstep.args, kstep.refs)])
                 COUNTERS["kernel_launches"] += 1
                 step.fn(ptrs, nthreads)

@@ -25,8 +25,8 @@ _ids = itertools.count()
 
 
 class Storage:
-    __slots__ = ("dtype", "device", "numel", "array", "producer", "error", "readonly", "owner", "id", "dirty",
-                 "__weakref__")
+    __slots__ = ("dtype", "device", "numel", "_array", "_address", "producer", "error", "readonly", "owner", "id",
+                 "dirty", "__weakref__")
 
     def __init__(self, dtype: DType, device: Device, numel: int, array: np.ndarray | None = None,
                  *, readonly: bool = False, owner: Any = None) -> None:
@@ -40,6 +40,23 @@ class Storage:
         self.owner = owner  # keeps what the array points into alive (an mmap, a file)
         self.dirty = False  # a write to it waits on the stream
         self.id = next(_ids)
+
+    @property
+    def array(self) -> np.ndarray | None:
+        return self._array
+
+    @array.setter
+    def array(self, array: np.ndarray | None) -> None:
+        self._array = array
+        self._address = 0
+
+    def address(self, known: int = 0) -> int:
+        """The address of the array's first element, for a kernel's argument list: found
+        once per array (numpy's ``.ctypes.data`` costs about 3 us, and a kernel launch
+        passes several), or ``known`` by whoever placed the array there (the arena)."""
+        if not self._address:
+            self._address = known or self.data().ctypes.data
+        return self._address
 
     @property
     def realized(self) -> bool:
