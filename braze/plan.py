@@ -490,8 +490,7 @@ def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
                 kstep = step.step
                 for k, off in plan.bind[i]:
                     st = storages[k]
-                    st.array = arena[off:off + st.numel * st.dtype.itemsize].view(st.dtype.np)
-                    st.address(base + off)
+                    st.bind(arena[off:off + st.numel * st.dtype.itemsize].view(st.dtype.np), base + off)
                 for k in kstep.outputs:
                     st = storages[k]
                     if st.array is None:

@@ -50,12 +50,17 @@ class Storage:
         self._array = array
         self._address = 0
 
-    def address(self, known: int = 0) -> int:
+    def bind(self, array: np.ndarray, address: int) -> None:
+        """Set the array together with its known address (a view into the arena)."""
+        self._array = array
+        self._address = address
+
+    def address(self) -> int:
         """The address of the array's first element, for a kernel's argument list: found
         once per array (numpy's ``.ctypes.data`` costs about 3 us, and a kernel launch
-        passes several), or ``known`` by whoever placed the array there (the arena)."""
+        passes several)."""
         if not self._address:
-            self._address = known or self.data().ctypes.data
+            self._address = self.data().ctypes.data
         return self._address
 
     @property

@@ -246,6 +246,11 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     fused = _fused_max(k, dot, n_outer)
     n_part = BQ * (2 * len(reduces) + e)  # a split's partial results for one block
     ldv = _rows_in_place(contract.v, n_outer)
+    ldk = _rows_in_place(dot.b, n_outer) if d % 8 == 0 else None
+    k_at = f"a{dot.b.arg} + " + Renderer([f"o{i}" for i in range(n_outer)] + ["j0", "0"]).index(dot.b.index)
+    # A task of few rows (decoding) reads its keys in place, by dot products along
+    # them (braze_mm_nt): transposing a tile would cost as much as the GEMM it feeds.
+    narrow = ldk is not None and rows_per_batch <= NARROW
     v_at = f"a{contract.v.arg} + " + Renderer([f"o{i}" for i in range(n_outer)] + ["j0", "0"]).index(contract.v.index)
 
     names = iter(range(1 << 30))
@@ -273,8 +278,11 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         for i in range(n_outer - nr - 1, -1, -1):
             res.append(f"{ind}const int64_t o{i} = {rest} % {k.outer[i]};")
             rest = f"({rest} / {k.outer[i]})"
-        res.append(f"{ind}float qt[{BQ} * {d}], kt[{d} * {BK}], st[{BQ} * {BK}], wt[{BQ} * {BK}], "
-                   f"vt[{BK} * {e}], ot[{BQ} * {e}];")
+        res.append(f"{ind}float qt[{BQ} * {d}], st[{BQ} * {BK}], wt[{BQ} * {BK}], ot[{BQ} * {e}];")
+        if not narrow:  # the key tile, packed here when no pre-pass packed them all
+            res.append(f"{ind}float kt[{d} * {BK}];")
+        if ldv is None:  # the value tile, unless values are read in place
+            res.append(f"{ind}float vt[{BK} * {e}];")
         for i in reduces:
             res.append(f"{ind}float acc{i}[{BQ}]; int nan{i}[{BQ}];")
         res.append(f"{ind}for (int64_t ii = 0; ii < nq; ii++) {{")  # the rows of A, once per task
@@ -390,11 +398,6 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         res.append(f"{ind}}}")
         return res
 
-    ldk = _rows_in_place(dot.b, n_outer) if d % 8 == 0 else None
-    k_at = f"a{dot.b.arg} + " + Renderer([f"o{i}" for i in range(n_outer)] + ["j0", "0"]).index(dot.b.index)
-    # A task of few rows (decoding) reads its keys in place, by dot products along
-    # them (braze_mm_nt): transposing a tile would cost as much as the GEMM it feeds.
-    narrow = ldk is not None and rows_per_batch <= NARROW
 
     def scores(fused_args: str | None = None) -> list[str]:
         """The scores tile ``st`` of tile ``j0``; with ``fused_args`` (the row scales,
@@ -440,15 +443,13 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                 f"    const int64_t nk = {hi} - j0 < {BK} ? {hi} - j0 : {BK};"]
         if rolling and with_contract:
             body += skip_check()
-        body += [f"    const int64_t tile = (task / {blocks}) * {ntiles} + j0 / {BK};",
-                 f"    const float *ktp = kpack ? kpack + tile * {d * BK} : kt;",
-                 f"    const float *vtp = {v_at if ldv is not None else f'kpack ? vpack + tile * {BK * e} : vt'};",
-                 "    if (!kpack) {"]
+        body.append(f"    const int64_t tile = (task / {blocks}) * {ntiles} + j0 / {BK};")
         if not narrow:
-            body += ["        " + t for t in pack_k("kt")]
-        if with_contract and ldv is None:
-            body += ["        " + t for t in pack_v("vt")]
-        body.append("    }")
+            body.append(f"    const float *ktp = kpack ? kpack + tile * {d * BK} : kt;")
+        body.append(f"    const float *vtp = {v_at if ldv is not None else f'kpack ? vpack + tile * {BK * e} : vt'};")
+        pack = ([] if narrow else pack_k("kt")) + (pack_v("vt") if with_contract and ldv is None else [])
+        if pack:
+            body += ["    if (!kpack) {"] + ["        " + t for t in pack] + ["    }"]
         fast = rolling and with_contract and fused is not None
         if fast:
             assert fused is not None
