@@ -35,6 +35,7 @@ from .errors import (
     ShapeMismatch,
     Unsupported,
 )
+from .jit import jit
 from .random import Generator, manual_seed, rand, rand_like, randint, randn, randn_like
 from .runtime.memory import memory_limit, set_memory_limit
 from .runtime.threads import get_num_threads, set_num_threads

@@ -104,6 +104,22 @@ class TrieNode:
         self.plans: dict[frozenset[int], Plan] | None = None
 
 
+@dataclass(frozen=True)
+class FormCopy:
+    """A Form's state, storages as indices into a pool (``Form.copy_of``)."""
+
+    root: TrieNode
+    order: tuple[int, ...]  # pool index of each rel id
+    entries: tuple[tuple[Any, ...], ...]
+    refs: tuple[int, ...]
+    produced: tuple[int, ...]
+    marks: tuple[int, ...]
+    path: tuple[TrieNode | None, ...]
+    offs: tuple[tuple[tuple[int, int], int], ...]
+    off_keys: tuple[tuple[int, int], ...]
+    off_marks: tuple[int, ...]
+
+
 _root = TrieNode()  # replaced by ``clear``; a Form started on an older root walks anew
 _count = 0  # plans stored in the trie (what BRAZE_PLAN_CAP bounds)
 
@@ -247,6 +263,29 @@ class Form:
         produced = self.produced
         while produced and produced[-1] >= mark:
             produced.pop()
+
+    def copy_of(self, pool: Sequence[Any]) -> FormCopy | None:
+        """This form with its storages as indices into ``pool`` (``jit``: the form of a
+        traced call recorded from an empty stream), or None while it is not numbered
+        to the end (its cursor fell off the trie: no plan is stored for it yet)."""
+        if self.root is not _root or len(self.path) != len(self.entries) + 1 or self.path[-1] is None:
+            return None
+        where = {id(st): i for i, st in enumerate(pool)}
+        return FormCopy(self.root, tuple(where[id(st)] for st in self.storages), tuple(self.entries),
+                        tuple(self.refs), tuple(self.produced), tuple(self.marks), tuple(self.path),
+                        tuple(self.offs.items()), tuple(self.off_keys), tuple(self.off_marks))
+
+    def restore(self, copy: FormCopy, pool: Sequence[Any]) -> bool:
+        """Become ``copy`` over ``pool``'s storages, as if its nodes had been recorded
+        into this (fresh) form one by one; False if the trie was replaced since."""
+        if copy.root is not self.root:
+            return False
+        self.storages = [pool[i] for i in copy.order]
+        self.key_of = {id(st): k for k, st in enumerate(self.storages)}
+        self.entries, self.refs, self.produced = list(copy.entries), list(copy.refs), list(copy.produced)
+        self.marks, self.path = list(copy.marks), list(copy.path)
+        self.offs, self.off_keys, self.off_marks = dict(copy.offs), list(copy.off_keys), list(copy.off_marks)
+        return True
 
     def cursor(self) -> TrieNode | None:
         """The trie node of the whole stream, or None for a program not planned yet."""

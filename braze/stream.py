@@ -19,7 +19,7 @@ import os
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from .layout import Layout
 from .ops.registry import OpDef
@@ -72,6 +72,15 @@ class NodeQueue(deque[Node]):
 Executor = Callable[["deque[Node]"], None]
 
 
+def _mark(node: Node) -> None:
+    """Mark what ``node`` writes: its outputs' producer, or dirty for an in-place write."""
+    for out in node.outputs:
+        if node.op.inplace:
+            out.storage.dirty = True
+        else:
+            out.storage.producer = node
+
+
 def _default_limit() -> int:
     return int(os.environ.get("BRAZE_STREAM_LIMIT", "1024"))
 
@@ -90,11 +99,7 @@ class Stream:
 
     def record(self, node: Node) -> None:
         """Append a checked node; producers are marked so reads know to flush."""
-        for out in node.outputs:
-            if node.op.inplace:
-                out.storage.dirty = True
-            else:
-                out.storage.producer = node
+        _mark(node)
         nodes = self.nodes
         if not nodes and self.tracker is not None:
             nodes.form = self.tracker()
@@ -104,6 +109,24 @@ class Stream:
         COUNTERS["nodes_recorded"] += 1
         if len(self.nodes) >= self.limit:
             self.flush()
+
+    def record_all(self, nodes: Sequence[Node], fill: Callable[[Tracker], bool] | None = None) -> None:
+        """Append checked nodes, as ``record`` one by one. On an empty stream ``fill`` may
+        set the new queue's form at once (``jit``'s replay restores a copy of the form
+        of the same nodes); when there is none, or it returns False, each node is added
+        to the form as it is recorded."""
+        queue = self.nodes
+        if fill is not None and not queue and len(nodes) < self.limit:
+            form = self.tracker() if self.tracker is not None else None
+            if form is None or fill(form):
+                queue.form = form
+                for node in nodes:
+                    _mark(node)
+                queue.extend(nodes)
+                COUNTERS["nodes_recorded"] += len(nodes)
+                return
+        for node in nodes:
+            self.record(node)
 
     @contextmanager
     def atomic(self) -> Iterator[None]:

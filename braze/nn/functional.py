@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import dtypes as dt
 from ..errors import RankMismatch, ShapeMismatch
+from ..jit import jit
 from ..layout import broadcast_shapes
 from ..tensor import (
     Tensor,
@@ -84,6 +85,7 @@ def causal_mask(q_len: int, kv_len: int, offset: int | None = None) -> Tensor:
     return arange(kv_len).unsqueeze(0) <= (arange(q_len) + off).unsqueeze(1)
 
 
+@jit
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
                                  enable_gqa: bool = False) -> Tensor:

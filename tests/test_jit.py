@@ -1,0 +1,232 @@
+"""``braze.jit``: a traced call replayed gives what running the function gives, on new
+data, for every way a call can differ (shapes, scalars, aliasing), and the function's
+Python runs only when it must."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+import braze
+from braze.nn import functional as F
+
+
+def _attention(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor, scale: float) -> braze.Tensor:
+    return braze.softmax(q @ k.mT * scale, -1) @ v
+
+
+def _arrays(seed: int, n_q: int = 3, n_kv: int = 50, d: int = 16) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((2, n, d), dtype=np.float32) for n in (n_q, n_kv, n_kv)]
+
+
+def _counted(fn: Any) -> tuple[Any, list[int]]:
+    calls = [0]
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return fn(*args, **kwargs)
+    return braze.jit(wrapped), calls
+
+
+def test_a_replay_computes_on_the_new_inputs_without_running_the_function() -> None:
+    jitted, calls = _counted(_attention)
+    for seed in range(4):
+        arrays = _arrays(seed)
+        got = jitted(*[braze.from_numpy(a) for a in arrays], 0.25).numpy()
+        want = _attention(*[braze.from_numpy(a) for a in arrays], 0.25).numpy()
+        np.testing.assert_array_equal(got, want)
+    assert calls[0] == 1
+
+
+def test_a_replay_records_the_same_nodes_and_runs_the_same_kernels() -> None:
+    jitted, _ = _counted(_attention)
+    counts = []
+    for seed in range(4):
+        ts = [braze.from_numpy(a) for a in _arrays(seed)]
+        braze.reset_stats()
+        jitted(*ts, 0.25).numpy()
+        st = braze.stats()
+        counts.append((st["nodes_recorded"], st["kernel_launches"]))
+    # The first call traces, the second records node by node and keeps the form, the
+    # rest restore it: all the same program. (A trace that kept its intermediates alive
+    # until a garbage collection would make the first plan store them: more kernels.)
+    assert len(set(counts)) == 1, counts
+    if braze.stream.fusion_enabled():  # the later calls restored the stream's form
+        (rec,) = jitted.recordings.values()
+        assert rec is not None and rec.form_copy is not None
+
+
+@pytest.mark.parametrize("change", ["shape", "scale", "negative_zero", "dtype", "strides", "aliasing", "kwarg"])
+def test_a_call_that_differs_is_traced_anew(change: str) -> None:
+    def fn(a: braze.Tensor, b: braze.Tensor, s: float = 1.0, *, bias: float = 0.0) -> braze.Tensor:
+        return (a * s + b).exp() + bias
+
+    jitted, calls = _counted(fn)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) / 10
+    base = dict(a=braze.from_numpy(x), b=braze.from_numpy(x + 1), s=0.0, bias=1.0)
+    variants = {
+        "shape": dict(a=braze.from_numpy(x[:1]), b=braze.from_numpy(x[:1])),
+        "scale": dict(s=2.0),
+        "negative_zero": dict(s=-0.0),
+        "dtype": dict(a=braze.from_numpy(x.astype(np.float64)), b=braze.from_numpy(x.astype(np.float64) + 1)),
+        "strides": dict(a=braze.from_numpy(np.ascontiguousarray(x.T)).T),
+        "aliasing": dict(b=base["a"]),  # the same storage twice: one key of its own
+        "kwarg": dict(bias=2.0),
+    }
+    call = {**base, **variants[change]}
+    for kw in (base, call, base, call):
+        a, b, s = kw["a"], kw["b"], kw["s"]
+        got = jitted(a, b, s, bias=kw["bias"]).numpy()
+        np.testing.assert_array_equal(got, fn(a, b, s, bias=kw["bias"]).numpy())
+    assert calls[0] == 2
+
+
+def test_nan_scalars_share_a_signature() -> None:
+    jitted, calls = _counted(lambda x, s: x + s)
+    x = braze.from_numpy(np.ones(3, dtype=np.float32))
+    for _ in range(3):
+        assert np.isnan(jitted(x, math.nan).numpy()).all()
+    assert calls[0] == 1
+
+
+def test_in_place_writes_to_arguments_and_reads_of_captured_tensors_replay() -> None:
+    """A KV-cache-like write into an argument at a fixed slot, and a captured weight that
+    the caller updates in place between calls: the replay writes the new argument and
+    reads the weight's current values, as running the function would."""
+    weight = braze.from_numpy(np.full((4,), 2.0, dtype=np.float32))
+
+    def step(cache: braze.Tensor, x: braze.Tensor) -> braze.Tensor:
+        cache[1] = x * weight
+        return cache.sum(0)
+
+    jitted, calls = _counted(step)
+    for i in range(3):
+        cache = braze.from_numpy(np.zeros((3, 4), dtype=np.float32))
+        x = braze.from_numpy(np.full((4,), float(i + 1), dtype=np.float32))
+        weight.fill_(float(i + 2))
+        total = jitted(cache, x).numpy()
+        expected = np.zeros((3, 4), dtype=np.float32)
+        expected[1] = (i + 1) * (i + 2)
+        np.testing.assert_array_equal(cache.numpy(), expected)
+        np.testing.assert_array_equal(total, expected.sum(0))
+    assert calls[0] == 1
+
+
+def test_results_keep_their_structure() -> None:
+    def fn(x: braze.Tensor) -> Any:
+        values, indices = x.max(-1)
+        return (values, [x.T, 3, None], x.sort(-1))
+
+    jitted = braze.jit(fn)
+    for seed in range(3):
+        x = braze.from_numpy(np.random.default_rng(seed).standard_normal((3, 5)).astype(np.float32))
+        values, (xt, three, none), srt = jitted(x)
+        np.testing.assert_array_equal(values.numpy(), x.numpy().max(-1))
+        assert xt.shares_storage(x) and xt.shape == (5, 3)  # a view of the argument stays one
+        assert three == 3 and none is None
+        assert isinstance(srt, braze.ValuesIndices)
+        np.testing.assert_array_equal(srt.values.numpy(), np.sort(x.numpy(), -1))
+
+
+def test_recording_behind_other_nodes_replays_node_by_node() -> None:
+    """A replay into a stream that already holds nodes cannot restore a form made from an
+    empty one; it records each node, and the whole stream still fuses and agrees."""
+    jitted, calls = _counted(_attention)
+    for seed in range(3):
+        q, k, v = (braze.from_numpy(a) for a in _arrays(seed))
+        q2 = q * 2.0  # pending: recorded before the call
+        got = (jitted(q2, k, v, 0.25) + 1.0).numpy()
+        want = (_attention(q * 2.0, k, v, 0.25) + 1.0).numpy()
+        np.testing.assert_array_equal(got, want)
+    assert calls[0] == 1
+
+
+def test_a_function_that_syncs_runs_without_replay_and_says_so_once(capfd: Any) -> None:
+    def fn(x: braze.Tensor) -> braze.Tensor:
+        return x * 2.0 if x.sum().item() > 0 else x * 3.0  # Python that depends on data
+
+    jitted, calls = _counted(fn)
+    for sign in (1, -1, 1):
+        x = braze.from_numpy(np.full(3, sign, dtype=np.float32))
+        np.testing.assert_array_equal(jitted(x).numpy(), fn(x).numpy())
+    assert calls[0] == 3
+    err = capfd.readouterr().err
+    assert err.count("synchronised while traced") == 1, err
+
+
+def test_unhashable_arguments_and_other_results_run_without_replay(capfd: Any) -> None:
+    jitted, calls = _counted(lambda x, opts: x * opts["k"])
+    x = braze.from_numpy(np.ones(2, dtype=np.float32))
+    for k in (2.0, 3.0):
+        np.testing.assert_array_equal(jitted(x, {"k": k}).numpy(), [k, k])
+    assert calls[0] == 2
+    odd, odd_calls = _counted(lambda x: {"y": x + 1.0})
+    for _ in range(2):
+        np.testing.assert_array_equal(odd(x)["y"].numpy(), [2.0, 2.0])
+    assert odd_calls[0] == 2
+    err = capfd.readouterr().err
+    assert err.count("cannot key a call") == 1 and err.count("it returned a dict") == 1, err
+
+
+def test_errors_are_raised_on_every_call_and_nothing_is_kept() -> None:
+    jitted, calls = _counted(lambda a, b: a @ b)
+    a = braze.from_numpy(np.ones((2, 3), dtype=np.float32))
+    for _ in range(2):
+        with pytest.raises(braze.ShapeMismatch):
+            jitted(a, a)
+    assert calls[0] == 2 and not jitted.recordings
+
+
+def test_a_replay_checks_the_memory_budget_and_records_nothing_past_it() -> None:
+    jitted = braze.jit(lambda x: (x + 1.0).exp())
+    x = braze.from_numpy(np.ones(1024, dtype=np.float32))
+    jitted(x).numpy()
+    braze.synchronize()
+    before = braze.stats()["nodes_recorded"]
+    limit = braze.memory_limit()
+    braze.set_memory_limit(braze.stats()["live_bytes"] + 100)
+    try:
+        with pytest.raises(braze.OutOfMemory) as info:
+            jitted(x)
+    finally:
+        braze.set_memory_limit(limit)
+    assert info.value.op == "add" and braze.stats()["nodes_recorded"] == before
+
+
+def test_a_method_keys_by_its_object() -> None:
+    class Scale:
+        def __init__(self, s: float) -> None:
+            self.w = braze.from_numpy(np.full(2, s, dtype=np.float32))
+
+        @braze.jit
+        def __call__(self, x: braze.Tensor) -> braze.Tensor:
+            return x * self.w
+
+    x = braze.from_numpy(np.ones(2, dtype=np.float32))
+    two, three = Scale(2.0), Scale(3.0)
+    for _ in range(2):
+        np.testing.assert_array_equal(two(x).numpy(), [2.0, 2.0])
+        np.testing.assert_array_equal(three(x).numpy(), [3.0, 3.0])
+
+
+def test_sdpa_is_jitted_and_replays_into_one_kernel() -> None:
+    """``scaled_dot_product_attention`` is written from primitive ops under ``jit``: a
+    decoding step replays its recording and still fuses into one kernel."""
+    rng = np.random.default_rng(3)
+    k, v = (braze.from_numpy(rng.standard_normal((1, 2, 300, 16), dtype=np.float32)) for _ in "kv")
+    for _ in range(4):
+        q = braze.from_numpy(rng.standard_normal((1, 8, 1, 16), dtype=np.float32))
+        braze.reset_stats()
+        got = F.scaled_dot_product_attention(q, k, v, enable_gqa=True).numpy()
+        if braze.stream.fusion_enabled():
+            assert braze.stats()["kernel_launches"] == 1
+        qn, kn, vn = q.numpy().reshape(1, 2, 4, 16), k.numpy(), v.numpy()
+        s = qn @ kn.swapaxes(-1, -2) / 4.0
+        p = np.exp(s - s.max(-1, keepdims=True))
+        want = ((p / p.sum(-1, keepdims=True)) @ vn).reshape(1, 8, 1, 16)
+        np.testing.assert_allclose(got, want, atol=2e-6, rtol=0)
+    assert len(F.scaled_dot_product_attention.recordings) >= 1
