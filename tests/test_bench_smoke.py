@@ -73,12 +73,13 @@ def test_attention_benchmark_smoke(tmp_path: Path) -> None:
     has_torch = res["torch"] is not None
     for p in res["programs"]:
         vs = p["variants"]
-        want = {"braze", "unfused", "numpy"} | ({"c"} if p["kind"] == "softmax" else {"user"})
+        want = {"braze", "unfused", "numpy"} | ({"c"} if p["kind"] == "softmax" else {"user", "gemm"})
         assert want | ({"torch"} if has_torch else set()) == set(vs), p["program"]
         for name, v in vs.items():
             assert set(v["median_ms"]) == {"1", "2"}, (p["program"], name)
             assert all(t > 0 for t in v["median_ms"].values())
-            assert v["max_abs_err"] < 1e-5, (p["program"], name, v["max_abs_err"])
+            if name != "gemm":  # the matmuls alone: timed, not an attention result
+                assert v["max_abs_err"] < 1e-5, (p["program"], name, v["max_abs_err"])
         for name in ("braze", "unfused") + (("user",) if p["kind"] != "softmax" else ()):
             s = vs[name]["stats"]
             assert s["kernel_launches"] >= 1 and s["peak_above_live_before"] >= 0 and "bytes_allocated" in s
