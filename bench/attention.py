@@ -85,6 +85,7 @@ from .harness import (
     blas_get_num_threads,
     blas_set_num_threads,
     braze_stats_of,
+    timed,
     build_baselines,
     env,
     loadavg,
@@ -256,9 +257,8 @@ def braze_variant(name: str, fn: Callable[..., Any], arrays: dict[str, np.ndarra
     tensors = {k: braze.from_numpy(a) for k, a in arrays.items()}
 
     def call() -> None:
-        with env("BRAZE_FUSION", fusion):
-            y = fn(**tensors)
-            y.realize()
+        y = fn(**tensors)
+        y.realize()
         del y
 
     def result() -> np.ndarray:
@@ -266,13 +266,15 @@ def braze_variant(name: str, fn: Callable[..., Any], arrays: dict[str, np.ndarra
             return np.array(fn(**tensors).numpy())
 
     fused = fusion == "1"
-    v = AVariant(name, call, result, warmup=2 if fused else 1, single_threaded=single_threaded, slow_ok=not fused)
-    t, v.first_stats = braze_stats_of(call)
-    v.first_ms = t * 1e3
-    if fused:
-        for _ in range(2):
-            call()  # plan cached, pool warm
-    _, v.stats = braze_stats_of(call)
+    v = AVariant(name, call, result, warmup=2 if fused else 1, single_threaded=single_threaded, slow_ok=not fused,
+                 setting=lambda: env("BRAZE_FUSION", fusion))
+    with v.setting():
+        t, v.first_stats = braze_stats_of(call)
+        v.first_ms = t * 1e3
+        if fused:
+            for _ in range(2):
+                call()  # plan cached, pool warm
+        _, v.stats = braze_stats_of(call)
     return v
 
 
@@ -322,6 +324,9 @@ def run_program(p: Program, lib: ctypes.CDLL, threads: list[int], reps: int, tor
                                   {k: a for k, a in arrays.items() if k != "mask"}, "1", False))
     if attn:
         variants.append(braze_variant("user", braze_fn(p, user=True), arrays, "1", False))
+    if p.kind == "decode":  # a step called again and again: what braze.jit is for
+        import braze
+        variants.append(braze_variant("user_jit", braze.jit(braze_fn(p, user=True)), arrays, "1", False))
     # The reference executor is single-threaded except for its matmuls (numpy's BLAS).
     variants.append(braze_variant("unfused", braze_fn(p, user=False),
                                   {k: a for k, a in arrays.items() if k != "mask"}, "0", not attn))
@@ -369,7 +374,7 @@ def run_program(p: Program, lib: ctypes.CDLL, threads: list[int], reps: int, tor
             v.per_thread(nt)
             t_one = math.inf
             for _ in range(v.warmup):
-                t_one = min(t_one, _timed(v.run))
+                t_one = min(t_one, timed(v))
             v.times[nt] = []
             k = reps
             if v.slow_ok and t_one * reps > budget_s:
@@ -380,7 +385,7 @@ def run_program(p: Program, lib: ctypes.CDLL, threads: list[int], reps: int, tor
         for r in range(reps):
             for v in active:
                 if r in plan[v.name]:
-                    v.times[nt].append(_timed(v.run))
+                    v.times[nt].append(timed(v))
         for v in variants:
             if v not in active:
                 v.times[nt] = v.times[threads[0]]
@@ -457,10 +462,11 @@ def markdown(res: dict[str, Any]) -> str:
                              + f" | {_ratio(p['variants'], 'braze', 'unfused', nt)} |")
         lines.append("")
     if attn:
-        cols = ["torch", "braze", "user", "unfused", "numpy", "gemm"]
+        cols = ["torch", "braze", "user", "user_jit", "unfused", "numpy", "gemm"]
         base = "torch" if res.get("torch") else None
         lines += [("Attention; braze = `scaled_dot_product_attention` (under `braze.jit`), user = the same "
-                   "written by hand (explicit additive mask when causal; not jitted); gemm = the two matmuls "
+                   "written by hand (explicit additive mask when causal; not jitted), user_jit = that under `braze.jit` "
+                   "(decode); gemm = the two matmuls "
                    "alone in numpy's BLAS, the floor for any implementation that does them at BLAS speed; ")
                   + ("(x) = ratio to torch's `scaled_dot_product_attention` in the same run:" if base
                      else "torch not installed, no ratios:"), "",
@@ -485,7 +491,7 @@ def markdown(res: dict[str, Any]) -> str:
               "|" + "---|" * 9]
     for p in res["programs"]:
         nxn = p["dims"]["N"] ** 2 * 4 if p["kind"] == "prefill" else None
-        for name in ("braze", "user", "unfused"):
+        for name in ("braze", "user", "user_jit", "unfused"):
             v = p["variants"].get(name)
             if v is None:
                 continue
@@ -493,7 +499,7 @@ def markdown(res: dict[str, Any]) -> str:
             lines.append(f"| {p['program']} | {name} | {_fmt(v['first_call_ms'])} | {s['kernel_launches']} "
                          f"| {s['allocations']} | {s['pool_hits']} | {_mib(s['bytes_allocated'])} "
                          f"| {_mib(s['peak_above_live_before'])} | {_mib(nxn)} |")
-    names = ["c", "braze", "user", "unfused", "numpy", "torch"]
+    names = ["c", "braze", "user", "user_jit", "unfused", "numpy", "torch"]
     lines += ["", "Max abs error against numpy in float64:", "",
               "| program | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
     for p in res["programs"]:
@@ -527,7 +533,7 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
                         "met": r <= SOFTMAX_TARGET[1]})
         if p["kind"] == "softmax" or p["dims"]["N"] < 1024:
             continue
-        for name in ("braze", "user"):
+        for name in [n for n in ("braze", "user", "user_jit") if n in vs]:
             if "torch" in vs:
                 r = med(p, name) / med(p, "torch")
                 out.append({"what": f"{p['program']} {name} / torch SDPA", "value": r, "target": ATTN_TORCH_TARGET,

@@ -68,6 +68,7 @@ from .harness import (  # noqa: F401 - shared with bench.attention; names kept i
     _ptr,
     _timed,
     braze_stats_of,
+    timed,
     build_baselines,
     env,
     loadavg,
@@ -261,9 +262,8 @@ def braze_variant(name: str, prog: Program, arrays: list[np.ndarray], fusion: st
     tensors = [braze.from_numpy(a) for a in arrays]
 
     def call() -> None:
-        with env("BRAZE_FUSION", fusion):
-            y = prog.fn(braze, *tensors)
-            y.realize()
+        y = prog.fn(braze, *tensors)
+        y.realize()
         del y
 
     def result() -> np.ndarray:
@@ -272,12 +272,14 @@ def braze_variant(name: str, prog: Program, arrays: list[np.ndarray], fusion: st
 
     stats_of = braze_stats_of
 
-    v = Variant(name, call, result, warmup=3 if fusion == "1" else 1, single_threaded=fusion == "0")
-    t, v.first_stats = stats_of(call)
-    v.first_ms = t * 1e3
-    for _ in range(2):
-        call()  # plan cached, pool warm
-    _, v.stats = stats_of(call)
+    v = Variant(name, call, result, warmup=3 if fusion == "1" else 1, single_threaded=fusion == "0",
+                setting=lambda: env("BRAZE_FUSION", fusion))
+    with v.setting():
+        t, v.first_stats = stats_of(call)
+        v.first_ms = t * 1e3
+        for _ in range(2):
+            call()  # plan cached, pool warm
+        _, v.stats = stats_of(call)
     return v
 
 
@@ -353,12 +355,12 @@ def run_program(prog: Program, shape: tuple[int, ...], lib: ctypes.CDLL, threads
         for v in active:
             v.per_thread(nt)
             for _ in range(v.warmup):
-                v.run()
+                timed(v)
             v.times[nt] = []
         gc.collect()
         for _ in range(reps):
             for v in active:
-                v.times[nt].append(_timed(v.run))
+                v.times[nt].append(timed(v))
         for v in variants:
             if v not in active:
                 v.times[nt] = v.times[threads[0]]

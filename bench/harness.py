@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ContextManager
 
 import numpy as np
 
@@ -134,6 +134,15 @@ class Variant:
     first_stats: dict[str, int] | None = None
     err: float | None = None
     times: dict[int, list[float]] = field(default_factory=dict)
+    #: entered around each call, outside its timing (braze's executor choice, an
+    #: environment variable: switching it costs more than a small call)
+    setting: Callable[[], ContextManager[Any]] = contextlib.nullcontext
+
+
+def timed(v: Variant) -> float:
+    """One call of ``v``, in its setting; seconds."""
+    with v.setting():
+        return _timed(v.run)
 
 
 STAT_KEYS = ("kernel_launches", "kernels_compiled", "allocations", "pool_hits", "bytes_allocated",
