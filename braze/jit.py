@@ -7,8 +7,9 @@ tensors of the same shapes (PyTorch 2's guards and replay, at the level of braze
 stream):
 
 - **Signature (the guard).** Each call is keyed by its arguments: for a tensor its
-  dtype, device, layout (shape, strides, offset), whether it is still pending, and
-  which other arguments share its storage; any other argument by type and value
+  dtype, device, layout (shape, strides, offset), whether it is still pending or
+  read-only (a write into it must be refused again), and which other arguments share
+  its storage; any other argument by type and value
   (it must be hashable). Tuples and lists are keyed element by element.
 - **Trace (a miss).** The function runs as usual and its nodes are recorded on the
   stream. They are kept as a template: each operand is an argument's storage, a
@@ -75,7 +76,7 @@ def _key(x: Any, storages: list[Storage], index: dict[int, int]) -> Any:
         if i is None:
             i = index[id(st)] = len(storages)
             storages.append(st)
-        return (Tensor, i, st.dtype, st.device, x._layout, st.array is None)
+        return (Tensor, i, st.dtype, st.device, x._layout, st.array is None, st.readonly)
     if isinstance(x, (tuple, list)):
         return (type(x), *[_key(y, storages, index) for y in x])
     if isinstance(x, float):

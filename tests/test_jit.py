@@ -116,6 +116,21 @@ def test_in_place_writes_to_arguments_and_reads_of_captured_tensors_replay() -> 
     assert calls[0] == 1
 
 
+def test_a_read_only_argument_is_its_own_signature() -> None:
+    """A write into an argument, traced with a writable tensor, is refused for a
+    read-only one (an mmapped weight) as running the function would refuse it."""
+    def write(x: braze.Tensor) -> braze.Tensor:
+        x[0] = 1.0
+        return x
+
+    jitted = braze.jit(write)
+    jitted(braze.from_numpy(np.zeros(3, dtype=np.float32))).numpy()
+    frozen = np.zeros(3, dtype=np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(braze.BrazeError):
+        jitted(braze.from_numpy(frozen))
+
+
 def test_results_keep_their_structure() -> None:
     def fn(x: braze.Tensor) -> Any:
         values, indices = x.max(-1)
