@@ -171,6 +171,17 @@ def _round(expr: str, d: DType) -> str:
     return expr
 
 
+def converted(value: str, src: DType, d: DType) -> str:
+    """C for ``value`` (computed in ``vtype(src)``) as an element of a buffer of ``d``."""
+    if d is dt.float16:
+        return f"braze_f2h({value})"
+    if d is dt.bfloat16:
+        return f"braze_f2b({value})"
+    if src is not d:
+        return f"({CTYPE[d.name]})({value})"
+    return value
+
+
 class Renderer:
     """Renders expressions inside one loop body. Each distinct subexpression becomes one
     ``const`` temporary (expressions are structural values, so equal subtrees share
@@ -256,14 +267,7 @@ class Renderer:
 
     def stored(self, e: ir.Expr, d: DType) -> str:
         """The value of ``e`` as stored into a buffer of dtype ``d``."""
-        value = self.expr(e)
-        if d is dt.float16:
-            return f"braze_f2h({value})"
-        if d is dt.bfloat16:
-            return f"braze_f2b({value})"
-        if e.dtype is not d:
-            return f"({CTYPE[d.name]})({value})"
-        return value
+        return converted(self.expr(e), e.dtype, d)
 
     def store(self, arg: int, a: ir.Affine, e: ir.Expr, d: DType) -> str:
         return f"a{arg}[{self.index(a)}] = {self.stored(e, d)};"

@@ -41,7 +41,7 @@ from math import prod
 
 from .. import dtypes as dt
 from .. import ir
-from .c import _OMP, Renderer, _passes, _reduce_init, _reduce_update, _safe, moved, repaired, repaired_when_moved
+from .c import _OMP, Renderer, _passes, converted, _reduce_init, _reduce_update, _safe, moved, repaired, repaired_when_moved
 
 BQ = 48  # rows per task (a multiple of the GEMM tile's 6): each packed B and V tile serves them all
 BK = 96  # row-axis tile: scores, weights and packed tiles are BQ x BK / BK x D / BK x E
@@ -644,7 +644,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         r.memo[ir.Var("c", contract.post.dtype)] = "cv"
         value = r.expr(contract.post)
         res += [f"{ind}        " + t for t in r.take()]
-        res.append(f"{ind}        a{contract.arg}[{r.index(contract.index)}] = {value};")
+        res.append(f"{ind}        a{contract.arg}[{r.index(contract.index)}] = "
+                   f"{converted(value, contract.post.dtype, k.args[contract.arg][0])};")
         res.append(f"{ind}    }}")
         res.append(f"{ind}}}")
         return res

@@ -4,7 +4,8 @@ matmul, fused into one kernel that never materialises the first product.
 This is how attention written as ordinary code, ``softmax(q @ k.mT * scale + mask) @ v``,
 becomes one kernel. Nothing here knows about attention: a chain is any stream where
 
-1. ``S = A @ B`` (the *scores*, shape ``(..., L, N)``, float32);
+1. ``S = A @ B`` (the *scores*, shape ``(..., L, N)``; float32, or half inputs
+   computed in float32: ``CHAIN_DTYPES``);
 2. every later node that reads ``S`` or a value derived from it is element-wise on
    ``(..., L, N)`` or on rows ``(..., L, 1)``, or a reduction over the last dim, and the
    derived values are read by nothing else and reachable by no Python object;
@@ -46,6 +47,27 @@ if TYPE_CHECKING:
 #: need more than this are not fused.
 TILE_BYTES = 512 * 1024
 
+#: The matmuls a chain starts and ends at. Half inputs are converted to float32 as the
+#: tiles are loaded, and everything between the matmuls is computed in float32 (see
+#: ``in_float32``): the result differs from the reference's node-by-node half rounding
+#: by about one half-precision rounding, as a FlashAttention kernel's does.
+CHAIN_DTYPES = (dt.float32, dt.float16, dt.bfloat16)
+
+
+def in_float32(e: ir.Expr) -> ir.Expr:
+    """``e`` computed in float32: half-typed results are not rounded back to their type,
+    and a cast to a half type of a float32 value is dropped. Loads keep their dtype (the
+    renderer converts a half load to float). Only for values between a chain's matmuls,
+    which are never stored: rounding each of them as the reference does would make the
+    repair terms underivable (rounding does not distribute over a sum), and would lose
+    the precision float32 accumulation is for."""
+    if not isinstance(e, ir.Op):
+        return e
+    args = tuple(in_float32(a) for a in e.args)
+    if e.name == "cast" and e.dtype.is_half and args[0].dtype is dt.float32:
+        return args[0]
+    return ir.Op(e.name, args, dt.float32 if e.dtype.is_half else e.dtype, e.attrs)
+
 
 @dataclass
 class Chain:
@@ -60,8 +82,8 @@ def find(s: "Scheduler", i: int) -> Chain | str:
     node = nodes[i]
     a, b = node.inputs
     out = node.outputs[0]
-    if out.storage.dtype is not dt.float32 or a.storage.dtype is not dt.float32:
-        return "only float32 matmuls start a fused chain"
+    if out.storage.dtype not in CHAIN_DTYPES or a.storage.dtype is not out.storage.dtype:
+        return f"a {out.storage.dtype.name} matmul (chains start at float32, float16 or bfloat16 ones)"
     if len(a.layout.shape) < 2 or len(b.layout.shape) < 2:
         return "a matrix-vector product"
     shape = out.layout.shape
@@ -77,7 +99,7 @@ def find(s: "Scheduler", i: int) -> Chain | str:
             continue
         if nd.op.name == "matmul":
             if keys[0] in region and keys[1] not in region and nd.inputs[0].layout.shape == shape \
-                    and nd.outputs[0].storage.dtype is dt.float32:
+                    and nd.outputs[0].storage.dtype in CHAIN_DTYPES:
                 chain.last = n
                 break
             return "the second matmul does not read the scores' row as its left operand"
@@ -151,7 +173,8 @@ def build(s: "Scheduler", chain: Chain) -> str:
     pv = g.values.get(s.key(p.storage))
     if pv is None or pv.row or affine(p.layout, range(ndim), ndim) != pv.index:
         return _abandon(s, g, "the second matmul reads the scores' row through a view")
-    weight, post = _row_factors(pv.expr, len(g.outer))
+    g.stages[:] = [replace(st, expr=in_float32(st.expr)) if isinstance(st, ir.Reduce) else st for st in g.stages]
+    weight, post = _row_factors(in_float32(pv.expr), len(g.outer))
     repairs = _repairs(g.stages, weight, len(g.outer))
     if isinstance(repairs, str):
         return _abandon(s, g, repairs)
