@@ -565,7 +565,9 @@ def _finish_before(nodes: Sequence[Any], failed: int) -> None:
 def _refusal(entries: Sequence[tuple[Any, ...]]) -> str:
     """Why a stream with no stored plan should run on the reference executor rather than
     be planned, or "" to plan it."""
-    shape_free = tuple((e[0], e[1], tuple(i[0] for i in e[2])) for e in entries)
+    # The program without its shapes: ops, attributes, which storage each input is and
+    # its dtype (the same program in another dtype is another program, not a new shape).
+    shape_free = tuple((e[0], e[1], tuple((i[0], i[4]) for i in e[2])) for e in entries)
     try:
         seen = _variants[shape_free] = _variants.get(shape_free, 0) + 1
     except TypeError:

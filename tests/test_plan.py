@@ -236,6 +236,21 @@ def test_shape_variants_bound_the_shapes_a_program_is_compiled_for(monkeypatch: 
     assert "new shapes" in capfd.readouterr().err
 
 
+def test_the_same_program_in_other_dtypes_is_not_a_new_shape(monkeypatch: Any, capfd: Any) -> None:
+    """float32, float16, bfloat16 and float64 versions of one program are four programs,
+    each compiled: only new shapes of one program count against BRAZE_SHAPE_VARIANTS."""
+    monkeypatch.setenv("BRAZE_SHAPE_VARIANTS", "2")
+    monkeypatch.setattr(plan, "_warned", set())
+    misses = 0
+    for dtype in (braze.float32, braze.float16, braze.bfloat16, braze.float64):
+        x = _randn(3, 7).to(dtype).realize()
+        braze.reset_stats()
+        (x * 2.0).exp().numpy()
+        misses += braze.stats()["plan_misses"]
+    assert misses == 4
+    assert "new shapes" not in capfd.readouterr().err
+
+
 # -- the arena -----------------------------------------------------------------------------
 
 def _chain(x: braze.Tensor) -> braze.Tensor:
