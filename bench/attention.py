@@ -3,8 +3,10 @@
     .venv/bin/python -m bench.attention                   # the full run, 1 and 2 threads
     .venv/bin/python -m bench.attention --smoke           # tiny shapes, 1 rep: does it still work
     .venv/bin/python -m bench.attention --threads 1 --programs softmax,prefill_N4096
+    .venv/bin/python -m bench.attention --threads 1 --programs prefill_N1024,decode --dtype float16
 
-Programs (float32; names carry the shape, so a smoke run's names differ):
+Programs (float32, or attention in ``--dtype``; names carry the shape, so a smoke run's
+names differ):
   softmax_RxC          ``e = (x - x.amax(-1, keepdim=True)).exp(); e / e.sum(-1, keepdim=True)``
                        on (4096, 4096) and (64, 65536)
   prefill_N<n>[_causal]  attention over q, k, v of (B=1, H=8, N, D=64), N in 256, 1024,
@@ -252,9 +254,10 @@ class AVariant(Variant):
 
 
 def braze_variant(name: str, fn: Callable[..., Any], arrays: dict[str, np.ndarray], fusion: str,
-                  single_threaded: bool) -> AVariant:
+                  single_threaded: bool, dtype: str = "float32") -> AVariant:
     import braze
-    tensors = {k: braze.from_numpy(a) for k, a in arrays.items()}
+    tensors = {k: braze.from_numpy(a) if dtype == "float32" else braze.from_numpy(a).to(getattr(braze, dtype)).realize()
+               for k, a in arrays.items()}
 
     def call() -> None:
         y = fn(**tensors)
@@ -298,11 +301,21 @@ def gemm_variant(p: Program, arrays: dict[str, np.ndarray]) -> AVariant:
     return AVariant("gemm", call, lambda: out, warmup=2, check=False)
 
 
+def _through(a: np.ndarray, dtype: str) -> np.ndarray:
+    """``a`` rounded to ``dtype`` (float16 or bfloat16), held as float32: every variant then
+    sees the same values, the half ones in their type, numpy and the reference in float."""
+    import braze
+    return braze.from_numpy(a).to(getattr(braze, dtype)).float().numpy().copy()
+
+
 def run_program(p: Program, lib: ctypes.CDLL, threads: list[int], reps: int, torch: Any, budget_s: float,
-                rng: np.random.Generator, log: Callable[[str], None]) -> dict[str, Any]:
+                rng: np.random.Generator, log: Callable[[str], None], dtype: str = "float32") -> dict[str, Any]:
     from braze.runtime.cpu import set_num_threads
 
     arrays = make_inputs(p, rng)
+    attn_dtype = dtype if p.kind != "softmax" else "float32"
+    if attn_dtype != "float32":
+        arrays = {k: _through(a, dtype) for k, a in arrays.items()}
     nt_holder = [1]
     variants: list[AVariant] = []
     if p.kind == "softmax":
@@ -322,22 +335,22 @@ def run_program(p: Program, lib: ctypes.CDLL, threads: list[int], reps: int, tor
     set_num_threads(threads[0])
     blas_set_num_threads(threads[0])
     variants.append(braze_variant("braze", braze_fn(p, user=False),
-                                  {k: a for k, a in arrays.items() if k != "mask"}, "1", False))
+                                  {k: a for k, a in arrays.items() if k != "mask"}, "1", False, attn_dtype))
     if attn:
-        variants.append(braze_variant("user", braze_fn(p, user=True), arrays, "1", False))
+        variants.append(braze_variant("user", braze_fn(p, user=True), arrays, "1", False, attn_dtype))
     if p.kind == "decode":  # a step called again and again: what braze.jit is for
         import braze
-        variants.append(braze_variant("user_jit", braze.jit(braze_fn(p, user=True)), arrays, "1", False))
+        variants.append(braze_variant("user_jit", braze.jit(braze_fn(p, user=True)), arrays, "1", False, attn_dtype))
     # The reference executor is single-threaded except for its matmuls (numpy's BLAS).
     variants.append(braze_variant("unfused", braze_fn(p, user=False),
-                                  {k: a for k, a in arrays.items() if k != "mask"}, "0", not attn))
+                                  {k: a for k, a in arrays.items() if k != "mask"}, "0", not attn, attn_dtype))
     if attn:
         variants.append(gemm_variant(p, arrays))
     np_fn = numpy_fn(p)
     variants.append(AVariant("numpy", lambda: np_fn(**arrays), lambda: np.asarray(np_fn(**arrays)), warmup=1,
                              single_threaded=not attn, slow_ok=True))
     if torch is not None:
-        tt = {k: torch.from_numpy(a) for k, a in arrays.items() if k != "mask"}
+        tt = {k: torch.from_numpy(a).to(getattr(torch, attn_dtype)) for k, a in arrays.items() if k != "mask"}
         F = torch.nn.functional
         if p.kind == "softmax":
             def t_call() -> Any:
@@ -351,7 +364,7 @@ def run_program(p: Program, lib: ctypes.CDLL, threads: list[int], reps: int, tor
             def t_call() -> Any:
                 with torch.inference_mode():
                     return F.scaled_dot_product_attention(tt["q"], tt["k"], tt["v"], enable_gqa=True)
-        tv = AVariant("torch", t_call, lambda: t_call().numpy().copy(), per_thread=lambda nt: torch.set_num_threads(nt))
+        tv = AVariant("torch", t_call, lambda: t_call().float().numpy().copy(), per_thread=lambda nt: torch.set_num_threads(nt))
         torch.set_num_threads(threads[0])
         tv.first_ms = _timed(t_call) * 1e3
         variants.append(tv)
@@ -438,6 +451,7 @@ def markdown(res: dict[str, Any]) -> str:
     m = res["machine"]
     lines = [f"# braze reduction-fusion benchmark (softmax, attention), {res['date']}", "",
              f"`{res['command']}`  ",
+             f"attention dtype: {res.get('dtype', 'float32')}  ",
              f"machine: {m['cpu']}, nproc {m['nproc']}, {m['cc']}, numpy {m['numpy']}, braze at {m['commit']}"
              + (f" plus uncommitted {', '.join(m['braze_uncommitted'])}" if m["braze_uncommitted"] else "")
              + (f", torch {res['torch']}" if res.get("torch") else ", torch not installed") + "  ",
@@ -586,6 +600,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--programs", default="", help="comma-separated names or prefixes (softmax, prefill, decode, "
                     "prefill_N4096, ...) of: " + ",".join(p.name for p in programs_for("full")))
     ap.add_argument("--no-torch", action="store_true", help="skip torch even when installed")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
+                    help="q, k, v (and the causal mask) of the attention programs, for braze and torch; numpy, "
+                         "gemm and the reference get the same values in float32 (softmax stays float32)")
     ap.add_argument("--slow-budget", type=float, default=20.0,
                     help="seconds of timed calls per program and thread count a slow variant (unfused, numpy) "
                          "gets before it runs in fewer rounds (default 20; at least 3 rounds)")
@@ -628,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
             "loadavg_start": loadavg(), "torch": getattr(torch, "__version__", None),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
             "braze_shape_variants": os.environ.get("BRAZE_SHAPE_VARIANTS"),
-            "blas_threads_settable": blas_set_num_threads(threads[0]), "programs": [],
+            "blas_threads_settable": blas_set_num_threads(threads[0]), "programs": [], "dtype": args.dtype,
         }
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="braze-bench-"))
         if not args.keep_cache:
@@ -640,7 +657,8 @@ def main(argv: list[str] | None = None) -> int:
             for p in programs:
                 log(f"{p.name}: {p.desc()} ...")
                 t1 = time.perf_counter()
-                res["programs"].append(run_program(p, lib, threads, reps, torch, args.slow_budget, rng, log))
+                res["programs"].append(run_program(p, lib, threads, reps, torch, args.slow_budget, rng, log,
+                                                   args.dtype))
                 res["programs"][-1]["seconds"] = time.perf_counter() - t1
                 gc.collect()
                 memory.pool_clear()  # the next program's first call starts from an empty pool too
