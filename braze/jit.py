@@ -9,13 +9,17 @@ stream):
 - **Signature (the guard).** Each call is keyed by its arguments: for a tensor its
   dtype, device, layout (shape, strides, offset), whether it is still pending or
   read-only (a write into it must be refused again), and which other arguments share
-  its storage; any other argument by type and value
-  (it must be hashable). Tuples and lists are keyed element by element.
+  its storage; a number, string, dtype or device by type and value (floats by their
+  bits: -0.0 is not 0.0, and a nan matches a nan); tuples and lists element by
+  element; any other object (a module, a function) by identity, and its recordings are
+  dropped when it is.
 - **Trace (a miss).** The function runs as usual and its nodes are recorded on the
   stream. They are kept as a template: each operand is an argument's storage, a
-  storage one of these nodes produces, or a storage captured from outside (a weight,
-  a scalar constant), kept alive by the template. What the function returns is kept
-  the same way.
+  storage one of these nodes produces, a tensor the function made from data (copied
+  afresh for every call: ``braze.tensor``, ``empty``, ``randn``), or a storage captured
+  from outside (a weight, a scalar constant), kept alive by the template. What the
+  function returns is kept the same way; an argument returned as it is comes back as
+  the same object.
 - **Replay (a hit).** No Python of the function runs: fresh storages for what the
   nodes produce, the nodes rebuilt over the call's storages, appended to the stream.
   When the stream is empty, as it is after a sync point, the stream's relative form
@@ -23,12 +27,16 @@ stream):
   flush finds its plan at once.
 
 The contract is ``jax.jit``'s: the function's tensors must depend only on its
-arguments, and what it captures must not be rebound between calls (a captured tensor
-written in place is fine: the replay reads it as the function would). Random numbers
-drawn inside are drawn once. A function that syncs while traced (``.item()``,
-``.numpy()``: its Python may branch on data) or returns something other than
-tensors, tuples, lists and scalars is not replayed; braze says why once on stderr and
-calls it as it is.
+arguments, what it captures must not be rebound between calls (a captured tensor
+written in place is fine: the replay reads it as the function would), and an argument
+must not be a tensor the function also captures (traced with ``f(w)`` for a function
+that reads ``w``, the replay could not tell the two apart; a replay whose argument is a
+captured tensor runs the function instead). Random numbers drawn inside are drawn once.
+A function that reads tensor data while traced (``.item()``, ``.numpy()``, printing,
+indexing with a tensor: its Python may depend on data) or returns something other
+than tensors, tuples, lists and scalars is not replayed; braze says why once on
+stderr and calls it as it is. A trace that the stream's size limit flushed half-way is
+not kept, and the next call traces again.
 """
 
 from __future__ import annotations
@@ -36,9 +44,13 @@ from __future__ import annotations
 import functools
 import itertools
 import sys
+import weakref
 from typing import Any, Callable, Generic, ParamSpec, TypeVar
 
-from .device import CPU
+import numpy as np
+
+from .device import CPU, Device
+from .dtypes import DType
 from .layout import Layout
 from .runtime import memory
 from .stats import COUNTERS
@@ -51,105 +63,145 @@ R = TypeVar("R")
 
 MAX_SIGNATURES = 256  # per function: past this, new signatures run without replay
 
+#: Keyed by value; any other object by identity.
+_VALUES = (int, float, complex, str, bytes, type(None), np.generic, DType, Device, range, type(Ellipsis))
+
 
 class _Unkeyable(Exception):
     """An argument jit cannot key a call by (not hashable, or a container it does not walk)."""
 
 
-def _signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], list[Storage]]:
-    """The call's key and its tensors' storages, in order of first appearance."""
-    storages: list[Storage] = []
-    index: dict[int, int] = {}
-    parts = [_key(a, storages, index) for a in args]
-    if kwargs:
-        parts.append(tuple((k, _key(kwargs[k], storages, index)) for k in sorted(kwargs)))
-    return tuple(parts), storages
+class _Call:
+    """A call's key, and its tensors and their storages in order of first appearance."""
 
+    __slots__ = ("key", "tensors", "storages", "index", "objects")
 
-def _key(x: Any, storages: list[Storage], index: dict[int, int]) -> Any:
-    """One argument's part of the key (a module-level function: a closure calling itself
-    would be a reference cycle that keeps the call's storages alive until the next
-    garbage collection, and the plan cache counts references)."""
-    if isinstance(x, Tensor):
-        st = x._storage
-        i = index.get(id(st))
-        if i is None:
-            i = index[id(st)] = len(storages)
-            storages.append(st)
-        return (Tensor, i, st.dtype, st.device, x._layout, st.array is None, st.readonly)
-    if isinstance(x, (tuple, list)):
-        return (type(x), *[_key(y, storages, index) for y in x])
-    if isinstance(x, float):
-        return (float, x.hex())  # -0.0 apart from 0.0, and a nan equal to a nan
-    try:
-        hash(x)
-    except TypeError:
-        raise _Unkeyable(type(x).__name__) from None
-    return (type(x), x)
+    def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.tensors: list[Tensor] = []
+        self.storages: list[Storage] = []
+        self.index: dict[int, int] = {}
+        self.objects: list[Any] = []  # keyed by identity: their recordings go with them
+        parts = [self._key(a) for a in args]
+        if kwargs:
+            parts.append(tuple((k, self._key(kwargs[k])) for k in sorted(kwargs)))
+        self.key = tuple(parts)
+
+    def _key(self, x: Any) -> Any:
+        if isinstance(x, Tensor):
+            self.tensors.append(x)
+            st = x._storage
+            i = self.index.get(id(st))
+            if i is None:
+                i = self.index[id(st)] = len(self.storages)
+                self.storages.append(st)
+            lay = x._layout
+            return (Tensor, i, st.dtype, st.device, lay.shape, lay.strides, lay.offset, st.array is None, st.readonly)
+        if isinstance(x, (tuple, list)):
+            return (type(x), *[self._key(y) for y in x])
+        if isinstance(x, slice):  # not hashable before Python 3.12
+            return (slice, self._key(x.start), self._key(x.stop), self._key(x.step))
+        if isinstance(x, float):
+            return (type(x), x.hex())  # -0.0 apart from 0.0, and a nan equal to a nan
+        if isinstance(x, (np.generic, complex)):
+            return (type(x), np.asarray(x).tobytes())
+        if isinstance(x, _VALUES):
+            return (type(x), x)
+        try:
+            weakref.ref(x)
+        except TypeError:  # no weak reference: keyed by value, kept alive by the key
+            try:
+                hash(x)
+            except TypeError:
+                raise _Unkeyable(type(x).__name__) from None
+            return (type(x), x)
+        self.objects.append(x)
+        return ("id", id(x))
 
 
 class _Recording:
     """One traced call: its nodes as templates over a pool of storages.
 
-    A replay's pool is ``[argument storages] + [fresh storages] + [captured storages]``;
-    an operand is ``(pool index, layout)``. Node templates keep no storage the function
-    produced: a template of a big intermediate costs its shape, not its memory."""
+    A replay's pool is ``[argument storages] + [fresh storages] + [made storages] +
+    [captured storages]``; an operand is ``(pool index, layout)``. Fresh storages are
+    what the nodes produce; made ones are tensors the function created from data, each
+    replay getting a copy of their data as traced. Node templates keep no storage the
+    function produced: a template of a big intermediate costs its shape, not its memory."""
 
-    __slots__ = ("n_args", "fresh", "captured", "pending", "nodes", "result", "budget", "form_copy")
+    __slots__ = ("fresh", "made", "captured", "pending", "nodes", "result", "budget", "form_copy")
 
-    def __init__(self, n_args: int, fresh: list[tuple[Any, Any, int]], captured: list[Storage],
+    def __init__(self, fresh: list[tuple[Any, Any, int]], made: list[Storage], captured: list[Storage],
                  nodes: list[tuple[Any, tuple[tuple[int, Layout], ...], tuple[tuple[int, Layout], ...], dict[str, Any]]],
-                 result: Any, budget: tuple[int, str]) -> None:
-        self.n_args = n_args
+                 result: Any, budget: list[tuple[int, str]]) -> None:
         self.fresh = fresh  # (dtype, device, numel) of each storage the nodes produce
+        self.made = [(st.dtype, st.device, st.numel, st.data().copy()) for st in made]
         self.captured = captured
-        self.pending = [st.array is None for st in captured]  # as traced: part of the form
+        self.pending = [st.array is None for st in captured]  # part of the form
         self.nodes = nodes
         self.result = result
-        self.budget = budget  # the largest bytes one node asks for, and its op (memory.check)
+        #: in node order, each request that is larger than every one before it: memory.check
+        #: fails at the first that does not fit, as the nodes' own checks would
+        self.budget = budget
         self.form_copy: Any = None  # plan.FormCopy once the form of these nodes from an empty stream is known
 
-    def replay(self, storages: list[Storage], stream: Stream) -> Any:
+    def replay(self, call: _Call, stream: Stream) -> Any:
         if memory.limited():
-            memory.check(*self.budget)
-        pool = storages + [Storage(d, dev, n) for d, dev, n in self.fresh] + self.captured
+            for nbytes, op in self.budget:
+                memory.check(nbytes, op)
+        pool = (call.storages + [Storage(d, dev, n) for d, dev, n in self.fresh]
+                + [Storage(d, dev, n, data.copy()) for d, dev, n, data in self.made] + self.captured)
         nodes = [Node(op, tuple([Operand(pool[i], lay) for i, lay in ins]),
                       tuple([Operand(pool[i], lay) for i, lay in outs]), attrs)
                  for op, ins, outs, attrs in self.nodes]
-        fill = None
+        result = _rebuild(self.result, pool, call.tensors)
         copy = self.form_copy
-        if copy is not None and [st.array is None for st in self.captured] == self.pending:
-            def fill(form: Any) -> bool:
-                return bool(form.restore(copy, pool))
+        if copy is not None and not stream.nodes and len(nodes) < stream.limit:
+            if [st.array is None for st in self.captured] == self.pending:
+                # Nothing flushes while the nodes are appended at once: the pool's
+                # references are gone before any flush counts them (Form.live).
+                if stream.record_all(nodes, lambda form: bool(form.restore(copy, pool))):
+                    return result
+            self.form_copy = None  # stale (the trie was cleared, a capture was computed): taken anew
+        start = len(call.storages) + len(self.fresh)
+        made = pool[start:start + len(self.made)]  # realised, never a plan's intermediate: harmless to hold
+        del pool  # node by node the size limit may flush: only the nodes may hold their storages then
         empty = not stream.nodes
-        stream.record_all(nodes, fill)
-        if empty and copy is None:
-            self.keep_form(stream, pool)
-        return _rebuild(self.result, pool)
+        for node in nodes:
+            stream.record(node)
+        if empty:
+            self.keep_form(stream, call.storages, nodes, made)
+        return result
 
-    def keep_form(self, stream: Stream, pool: list[Storage]) -> None:
+    def keep_form(self, stream: Stream, storages: list[Storage], nodes: list[Node], made: list[Storage]) -> None:
         """Copy the stream's form of these nodes, recorded from an empty stream, once the
         plan cache knows them (the form is numbered only while it walks stored plans)."""
         queue = stream.nodes
         form: Any = queue.form  # plan.Form: jit does not import the executor
-        if form is not None and len(queue) == len(self.nodes):
-            self.form_copy = form.copy_of(pool)
+        if form is None or len(queue) != len(nodes):
+            return
+        self.form_copy = form.copy_of(storages + _fresh_storages(nodes) + made + self.captured)
+        self.pending = [st.array is None for st in self.captured]
 
 
-def _rebuild(spec: Any, pool: list[Storage]) -> Any:
+def _rebuild(spec: Any, pool: list[Storage], tensors: list[Tensor]) -> Any:
     kind, body = spec
     if kind == "tensor":
         i, lay = body
         return Tensor(pool[i], lay)
+    if kind == "argument":
+        return tensors[body]
     if kind == "seq":
         typ, items = body
-        values = [_rebuild(x, pool) for x in items]
+        values = [_rebuild(x, pool, tensors) for x in items]
         return typ._make(values) if hasattr(typ, "_make") else typ(values)
     return body
 
 
 class _NotReplayable(Exception):
     """Why a traced call cannot be kept for replay."""
+
+
+class _Retry(Exception):
+    """A trace that cannot be kept this time, but may be the next."""
 
 
 class Jitted(Generic[P, R]):
@@ -161,55 +213,71 @@ class Jitted(Generic[P, R]):
         self._warned: set[str] = set()
         functools.update_wrapper(self, fn)
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            key, storages = _signature(args, kwargs)
-        except _Unkeyable as err:
-            self._say(f"an argument of type {err} cannot key a call (it is not hashable)")
-            return self.fn(*args, **kwargs)
-        if key not in self.recordings:
-            return self._trace(key, storages, args, kwargs)
-        rec = self.recordings[key]
-        if rec is None:
-            return self.fn(*args, **kwargs)
-        dev = storages[0].device if storages else CPU
-        return rec.replay(storages, stream_of(dev))
-
     def __get__(self, obj: Any, owner: Any = None) -> Any:
         """As a method: ``self`` is the first argument (so it is part of the key)."""
         return self if obj is None else functools.partial(self, obj)
 
-    def _trace(self, key: tuple[Any, ...], storages: list[Storage], args: Any, kwargs: Any) -> R:
-        stream = stream_of(storages[0].device if storages else CPU)
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            call = _Call(args, kwargs)
+        except _Unkeyable as err:
+            self._say(f"an argument of type {err} cannot key a call (it is not hashable)")
+            return self.fn(*args, **kwargs)
+        if call.key not in self.recordings:
+            return self._trace(call, args, kwargs)
+        rec = self.recordings[call.key]
+        if rec is None or (rec.captured and _aliases(call.storages, rec.captured)):
+            return self.fn(*args, **kwargs)
+        dev = call.storages[0].device if call.storages else CPU
+        return rec.replay(call, stream_of(dev))
+
+    def _trace(self, call: _Call, args: Any, kwargs: Any) -> R:
+        stream = stream_of(call.storages[0].device if call.storages else CPU)
         queue, start = stream.nodes, len(stream.nodes)
-        flushes, recorded = COUNTERS["flushes"], COUNTERS["nodes_recorded"]
+        flushes, recorded, reads = COUNTERS["flushes"], COUNTERS["nodes_recorded"], COUNTERS["data_reads"]
+        born = Storage.next_id()  # storages made by the call have larger ids
         out = self.fn(*args, **kwargs)
         if len(self.recordings) >= MAX_SIGNATURES:
             self._say(f"more than {MAX_SIGNATURES} signatures (new shapes on every call?); new ones run as they are")
             return out
         try:
+            if COUNTERS["data_reads"] != reads:
+                raise _NotReplayable("it read tensor data while traced (.item(), .numpy(), printing, indexing "
+                                     "with a tensor), so its Python may depend on data")
             if COUNTERS["flushes"] != flushes or stream.nodes is not queue:
-                raise _NotReplayable("it synchronised while traced (.item(), .numpy(), printing, or the stream's "
-                                     "size limit), so its Python may depend on data")
+                raise _Retry()  # the stream's size limit ran part of it: trace again next time
             nodes = list(itertools.islice(queue, start, None))
             if COUNTERS["nodes_recorded"] - recorded != len(nodes):
                 raise _NotReplayable("it recorded on another device's stream")
-            rec = _template(storages, nodes, out)
+            rec, made = _template(call, nodes, out, born)
+        except _Retry:
+            return out
         except _NotReplayable as err:
-            self.recordings[key] = None
+            self.recordings[call.key] = None
             self._say(str(err))
             return out
-        self.recordings[key] = rec
+        self._remember(call, rec)
         if start == 0:
-            pool = storages + _fresh_storages(nodes) + rec.captured
-            rec.keep_form(stream, pool)
+            rec.keep_form(stream, call.storages, nodes, made)
         return out
+
+    def _remember(self, call: _Call, rec: _Recording) -> None:
+        key = call.key
+        self.recordings[key] = rec
+        for obj in call.objects:  # the recording goes when an object it is keyed by does
+            weakref.finalize(obj, self.recordings.pop, key, None)
 
     def _say(self, why: str) -> None:
         if why not in self._warned:
             self._warned.add(why)
             name = getattr(self.fn, "__qualname__", repr(self.fn))
             print(f"braze.jit: {name}: {why}; it runs without replay", file=sys.stderr)
+
+
+def _aliases(storages: list[Storage], captured: list[Storage]) -> bool:
+    """Is an argument one of the tensors the traced call captured?"""
+    ids = {id(st) for st in captured}
+    return any(id(st) in ids for st in storages)
 
 
 def _fresh_storages(nodes: list[Node]) -> list[Storage]:
@@ -219,14 +287,24 @@ def _fresh_storages(nodes: list[Node]) -> list[Storage]:
 
 class _Pool:
     """Numbers a traced call's storages for its template: arguments, then what its nodes
-    produce, then anything else they read (captured), by first appearance."""
+    produce, then tensors made from data during the call, then anything else they read
+    (captured), by first appearance."""
 
-    def __init__(self, storages: list[Storage], fresh: list[Storage]) -> None:
-        self.index = {id(st): i for i, st in enumerate(storages)}
+    def __init__(self, call: _Call, fresh: list[Storage], nodes: list[Node], out: Any, born: int) -> None:
+        self.index = {id(st): i for i, st in enumerate(call.storages)}
         for j, st in enumerate(fresh):
-            self.index.setdefault(id(st), len(storages) + j)
-        self.base = len(storages) + len(fresh)
+            self.index.setdefault(id(st), len(call.storages) + j)
+        self.tensors = {id(t): k for k, t in enumerate(call.tensors)}
+        self.made: list[Storage] = []
         self.captured: list[Storage] = []
+        base = len(call.storages) + len(fresh)
+        # Made during the call from data (not read-only constants, which are shared):
+        # each replay gets a copy, as each call of the function makes its own.
+        for st in [o.storage for n in nodes for o in (*n.inputs, *n.outputs)] + _result_storages(out):
+            if id(st) not in self.index and st.id > born and not st.readonly and st.array is not None:
+                self.index[id(st)] = base + len(self.made)
+                self.made.append(st)
+        self.base = base + len(self.made)
 
     def at(self, st: Storage) -> int:
         i = self.index.get(id(st))
@@ -238,6 +316,9 @@ class _Pool:
     def spec(self, x: Any) -> Any:
         """What the function returned, over pool indices (``_rebuild`` inverts it)."""
         if isinstance(x, Tensor):
+            k = self.tensors.get(id(x))
+            if k is not None:
+                return ("argument", k)
             return ("tensor", (self.at(x._storage), x._layout))
         if isinstance(x, (tuple, list)):
             return ("seq", (type(x), [self.spec(y) for y in x]))
@@ -246,10 +327,19 @@ class _Pool:
         raise _NotReplayable(f"it returned a {type(x).__name__}, not tensors, tuples, lists or scalars")
 
 
-def _template(storages: list[Storage], nodes: list[Node], out: Any) -> _Recording:
+def _result_storages(x: Any) -> list[Storage]:
+    if isinstance(x, Tensor):
+        return [x._storage]
+    if isinstance(x, (tuple, list)):
+        return [st for y in x for st in _result_storages(y)]
+    return []
+
+
+def _template(call: _Call, nodes: list[Node], out: Any, born: int) -> tuple[_Recording, list[Storage]]:
+    """The recording of a traced call, and the storages it made from data (its pool's)."""
     fresh = _fresh_storages(nodes)
-    pool = _Pool(storages, fresh)
-    budget = (0, "")
+    pool = _Pool(call, fresh, nodes, out, born)
+    budget: list[tuple[int, str]] = []
     templates = []
     for node in nodes:
         ins = tuple((pool.at(o.storage), o.layout) for o in node.inputs)
@@ -257,11 +347,12 @@ def _template(storages: list[Storage], nodes: list[Node], out: Any) -> _Recordin
         templates.append((node.op, ins, outs, node.attrs))
         if not node.op.inplace:
             nbytes = sum(o.storage.numel * o.storage.dtype.itemsize for o in node.outputs)
-            if nbytes > budget[0]:  # the first node that asks for the most: where a call fails
-                budget = (nbytes, node.op.name)
+            if not budget or nbytes > budget[-1][0]:
+                budget.append((nbytes, node.op.name))
     result = pool.spec(out)
-    return _Recording(len(storages), [(st.dtype, st.device, st.numel) for st in fresh], pool.captured, templates,
-                      result, budget)
+    rec = _Recording([(st.dtype, st.device, st.numel) for st in fresh], pool.made, pool.captured, templates,
+                     result, budget)
+    return rec, pool.made
 
 
 def jit(fn: Callable[P, R]) -> Jitted[P, R]:

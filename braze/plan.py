@@ -87,7 +87,8 @@ def _cap() -> int:
 
 
 def _attrs_key(attrs: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(sorted((k, v if not isinstance(v, float) or v == v else "nan") for k, v in attrs.items()))
+    """Attributes as a key: floats by their bits (-0.0 is not 0.0, and a nan is a nan)."""
+    return tuple(sorted((k, v.hex() if isinstance(v, float) else v) for k, v in attrs.items()))
 
 
 # -- the trie of stored plans and the form that walks it ---------------------------------

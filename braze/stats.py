@@ -19,6 +19,7 @@ COUNTERS: dict[str, int] = dict(
     peak_bytes=0,
     plan_hits=0,
     plan_misses=0,
+    data_reads=0,  # sync points that read a tensor's data into Python (numpy, item, printing, indexing)
 )
 
 

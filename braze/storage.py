@@ -41,6 +41,12 @@ class Storage:
         self.dirty = False  # a write to it waits on the stream
         self.id = next(_ids)
 
+    @staticmethod
+    def next_id() -> int:
+        """An id no storage has: every storage made before has a smaller one, every one
+        made after a larger one (``jit`` tells what a call made by it)."""
+        return next(_ids)
+
     @property
     def array(self) -> np.ndarray | None:
         return self._array

@@ -110,23 +110,23 @@ class Stream:
         if len(self.nodes) >= self.limit:
             self.flush()
 
-    def record_all(self, nodes: Sequence[Node], fill: Callable[[Tracker], bool] | None = None) -> None:
-        """Append checked nodes, as ``record`` one by one. On an empty stream ``fill`` may
-        set the new queue's form at once (``jit``'s replay restores a copy of the form
-        of the same nodes); when there is none, or it returns False, each node is added
-        to the form as it is recorded."""
+    def record_all(self, nodes: Sequence[Node], fill: Callable[[Any], bool]) -> bool:
+        """Append checked nodes to an empty stream at once, the new queue's form set by
+        ``fill`` (``jit``'s replay restores a copy of the form of the same nodes) instead
+        of built node by node. False, with nothing appended, when the stream is not
+        empty, the nodes would reach the size limit, or ``fill`` cannot."""
         queue = self.nodes
-        if fill is not None and not queue and len(nodes) < self.limit:
-            form = self.tracker() if self.tracker is not None else None
-            if form is None or fill(form):
-                queue.form = form
-                for node in nodes:
-                    _mark(node)
-                queue.extend(nodes)
-                COUNTERS["nodes_recorded"] += len(nodes)
-                return
+        if queue or len(nodes) >= self.limit:
+            return False
+        form = self.tracker() if self.tracker is not None else None
+        if form is not None and not fill(form):
+            return False
+        queue.form = form
         for node in nodes:
-            self.record(node)
+            _mark(node)
+        queue.extend(nodes)
+        COUNTERS["nodes_recorded"] += len(nodes)
+        return True
 
     @contextmanager
     def atomic(self) -> Iterator[None]:

@@ -38,6 +38,7 @@ from .errors import (
 from .layout import Layout, Shape, broadcast_shapes, normalize_dim, normalize_dims
 from .ops.registry import REGISTRY
 from .runtime import memory
+from .stats import COUNTERS
 from .storage import Storage, strided
 from .stream import Node, Operand, stream, stream_of
 
@@ -288,6 +289,7 @@ class Tensor:
         if st.producer is not None or st.dirty:
             stream_of(self.device).flush()
         st.data()
+        COUNTERS["data_reads"] += 1
         return self
 
     def numpy(self) -> np.ndarray:
@@ -1375,7 +1377,7 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: Scalar
             x = x.narrow(d, start, stop - start)
     pos = tuple((_b.max(lo, 0), _b.max(hi, 0)) for lo, hi in pairs)
     if mode == "constant":
-        fill = _scalar_to("pad", value, x.dtype).item()
+        fill = _scalar_to("pad", value, x.dtype)._storage.data()[0].item()  # a Python value, not a data read
     else:
         fill = 0
         for d, (lo, hi) in enumerate(pos):

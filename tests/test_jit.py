@@ -170,7 +170,133 @@ def test_a_function_that_syncs_runs_without_replay_and_says_so_once(capfd: Any) 
         np.testing.assert_array_equal(jitted(x).numpy(), fn(x).numpy())
     assert calls[0] == 3
     err = capfd.readouterr().err
-    assert err.count("synchronised while traced") == 1, err
+    assert err.count("read tensor data while traced") == 1, err
+
+
+def test_reading_a_computed_tensor_while_traced_is_seen(capfd: Any) -> None:
+    """``.item()`` on an argument that is already computed flushes nothing, and indexing
+    with a tensor reads its values while recording: both make the Python depend on
+    data, so neither call is replayed."""
+    def branch(x: braze.Tensor, n: braze.Tensor) -> braze.Tensor:
+        return x * 2.0 if n.item() > 0 else x * 3.0
+
+    def take(x: braze.Tensor, i: braze.Tensor) -> braze.Tensor:
+        return x[i] * 1.0
+
+    jb, jt = braze.jit(branch), braze.jit(take)
+    x = braze.from_numpy(np.arange(5, dtype=np.float32))
+    for n, i in ((1.0, [0, 1]), (-1.0, [3, 4])):
+        n_t = braze.from_numpy(np.array(n, dtype=np.float32))
+        i_t = braze.from_numpy(np.array(i, dtype=np.int64))
+        np.testing.assert_array_equal(jb(x, n_t).numpy(), branch(x, n_t).numpy())
+        np.testing.assert_array_equal(jt(x, i_t).numpy(), take(x, i_t).numpy())
+    assert list(jb.recordings.values()) == [None] and list(jt.recordings.values()) == [None]
+    assert capfd.readouterr().err.count("read tensor data while traced") == 2
+
+
+def test_an_argument_that_is_a_captured_tensor_is_not_replayed() -> None:
+    """Traced with an argument apart from the weight it adds, called with the weight
+    itself: the recording would read the argument for both, so the function runs."""
+    w = braze.from_numpy(np.array([10.0, 20.0, 30.0], dtype=np.float32))
+    jitted, calls = _counted(lambda x: x + w)
+    y = braze.from_numpy(np.array([1.0, 2.0, 3.0], dtype=np.float32))
+    for arg in (y, w, w, y):
+        np.testing.assert_array_equal(jitted(arg).numpy(), (arg.numpy() + w.numpy()))
+    assert calls[0] == 3  # the trace, and both calls with the weight
+
+
+def test_tensors_made_inside_are_new_on_every_call() -> None:
+    """``braze.empty`` written in place and ``braze.tensor`` returned: each replay gets
+    its own, with the data the function made, as each call of the function does."""
+    def fill(x: braze.Tensor) -> braze.Tensor:
+        out = braze.empty(3)
+        out.copy_(x * 2.0)
+        return out
+
+    def mask(x: braze.Tensor) -> tuple[braze.Tensor, braze.Tensor]:
+        m = braze.tensor([1.0, 0.0, 1.0])
+        return x * m, m
+
+    jf, jm = braze.jit(fill), braze.jit(mask)
+    outs = [jf(braze.from_numpy(np.full(3, float(i), dtype=np.float32))) for i in (1, 2, 3)]
+    for i, out in zip((1, 2, 3), outs):
+        np.testing.assert_array_equal(out.numpy(), [2.0 * i] * 3)
+    assert not outs[0].shares_storage(outs[1])
+    x = braze.from_numpy(np.ones(3, dtype=np.float32))
+    for _ in range(3):
+        y, m = jm(x)
+        np.testing.assert_array_equal(y.numpy(), [1.0, 0.0, 1.0])
+        m.fill_(5.0)  # the caller's write to a returned tensor reaches no later call
+
+
+def test_numpy_scalars_key_by_their_bits() -> None:
+    jitted, calls = _counted(lambda x, s: x * s)
+    x = braze.from_numpy(np.ones(2, dtype=np.float32))
+    with np.errstate(divide="ignore"):
+        assert (1 / jitted(x, np.float32(0.0)).numpy() > 0).all()
+        assert (1 / jitted(x, np.float32(-0.0)).numpy() < 0).all()
+    for _ in range(2):
+        assert np.isnan(jitted(x, np.float32("nan")).numpy()).all()
+    assert calls[0] == 3
+
+
+def test_objects_key_by_identity_and_take_their_recordings_with_them() -> None:
+    """Two modules that compare equal are still two keys (their weights differ), and a
+    module that goes away takes its recordings (and the weights they captured) along."""
+    import gc
+    import weakref
+
+    class Scale:
+        def __init__(self, s: float) -> None:
+            self.w = braze.from_numpy(np.full(2, s, dtype=np.float32))
+
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Scale)
+
+        def __hash__(self) -> int:
+            return 0
+
+        @braze.jit
+        def __call__(self, x: braze.Tensor) -> braze.Tensor:
+            return x * self.w
+
+    x = braze.from_numpy(np.ones(2, dtype=np.float32))
+    a, b = Scale(2.0), Scale(3.0)
+    np.testing.assert_array_equal(a(x).numpy(), [2.0, 2.0])
+    np.testing.assert_array_equal(b(x).numpy(), [3.0, 3.0])
+    weight = weakref.ref(b.w._storage)
+    assert len(Scale.__call__.recordings) == 2
+    del b
+    gc.collect()
+    assert len(Scale.__call__.recordings) == 1 and weight() is None
+
+
+def test_an_argument_returned_is_the_same_object() -> None:
+    def bump(x: braze.Tensor) -> tuple[braze.Tensor, braze.Tensor]:
+        return x.add_(1.0), x
+
+    jitted = braze.jit(bump)
+    for _ in range(3):
+        x = braze.from_numpy(np.zeros(2, dtype=np.float32))
+        a, b = jitted(x)
+        assert a is x and b is x
+        np.testing.assert_array_equal(x.numpy(), [1.0, 1.0])
+
+
+def test_a_form_copy_from_a_cleared_trie_is_taken_again() -> None:
+    from braze import plan
+    if not braze.stream.fusion_enabled():
+        pytest.skip("the form is the fused executor's")
+    jitted = braze.jit(lambda x: (x + 1.0).exp())
+    x = braze.from_numpy(np.ones(4, dtype=np.float32))
+    for _ in range(2):
+        jitted(x).numpy()
+    (rec,) = jitted.recordings.values()
+    assert rec is not None and rec.form_copy is not None
+    plan.clear()
+    for _ in range(3):
+        np.testing.assert_allclose(jitted(x).numpy(), np.exp(2.0), rtol=1e-6)
+    assert rec.form_copy is not None and rec.form_copy.root is plan._root
 
 
 def test_unhashable_arguments_and_other_results_run_without_replay(capfd: Any) -> None:

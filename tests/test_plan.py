@@ -236,6 +236,15 @@ def test_shape_variants_bound_the_shapes_a_program_is_compiled_for(monkeypatch: 
     assert "new shapes" in capfd.readouterr().err
 
 
+def test_negative_zero_attributes_are_their_own_program() -> None:
+    """``full(..., -0.0)`` after ``full(..., 0.0)``: the attribute's sign is part of the
+    plan's key (-0.0 == 0.0 in Python, and the kernel bakes the value in)."""
+    with np.errstate(divide="ignore"):
+        for v in (0.0, -0.0, 0.0, -0.0):
+            got = (1.0 / braze.full((3,), v)).numpy()
+            np.testing.assert_array_equal(got, 1.0 / np.full(3, v, dtype=np.float32))
+
+
 def test_the_same_program_in_other_dtypes_is_not_a_new_shape(monkeypatch: Any, capfd: Any) -> None:
     """float32, float16, bfloat16 and float64 versions of one program are four programs,
     each compiled: only new shapes of one program count against BRAZE_SHAPE_VARIANTS."""
