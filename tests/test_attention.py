@@ -188,9 +188,16 @@ def _hf_float32_softmax(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> br
     return braze.softmax(q @ k.mT * D ** -0.5, -1, dtype=braze.float32).to(q.dtype) @ v
 
 
+def _additive_causal(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
+    """An additive 0 / -inf mask in the inputs' dtype, made from index arithmetic."""
+    i, j = _ij(q.shape[-2], k.shape[-2])
+    mask = braze.zeros(q.shape[-2], k.shape[-2], dtype=q.dtype).masked_fill(j > i, -math.inf)
+    return braze.softmax(q @ k.mT * D ** -0.5 + mask, -1) @ v
+
+
 HALF_VARIANTS = {"plain": (plain, H), "causal": (causal, H), "gqa_sdpa_causal": (gqa_sdpa, HKV),
                  "softcap": (softcap, H), "sliding_window": (sliding_window, H),
-                 "hf_float32_softmax": (_hf_float32_softmax, H)}
+                 "hf_float32_softmax": (_hf_float32_softmax, H), "additive_causal": (_additive_causal, H)}
 
 
 def _in_float64(arrays: list[np.ndarray], dtype: Any) -> list[np.ndarray]:

@@ -98,6 +98,11 @@ class _Skip:
     factor: ir.Expr | None = None
 
 
+#: What a scale or an additive mask may be loaded as (rendered to float; half types come
+#: from a half-precision chain, ``schedule/chain.in_float32``)
+_FLOATS = (dt.float32, dt.float16, dt.bfloat16)
+
+
 def _skip_rule(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> _Skip | None:
     """A tile where every score is the fill can skip its matmuls if the fill is an
     identity for every reduction (checked at run time, per row: a -inf fill is, for max
@@ -124,7 +129,7 @@ def _skip_rule(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> _Skip | None:
     if x.name == "add" and x.dtype is dt.float32:
         for t, m in (x.args, x.args[::-1]):
             scaled = _scaled_dot(t, dot, n_outer)
-            if scaled is not None and m.dtype is dt.float32 and dot not in set(ir.walk(m)) \
+            if scaled is not None and m.dtype in _FLOATS and dot not in set(ir.walk(m)) \
                     and not any(isinstance(a, ir.Acc) for a in ir.walk(m)):
                 f, divides = scaled
                 if f is not None and divides:
@@ -136,7 +141,7 @@ def _skip_rule(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> _Skip | None:
 
 def _scaled_dot(e: ir.Expr, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr | None, bool] | None:
     """``(f, divides)`` when ``e`` is the Dot (``f`` None), ``dot * f``, ``f * dot`` or
-    ``dot / f`` with ``f`` a float32 constant along the row that reads neither the Dot
+    ``dot / f`` with ``f`` a float constant along the row that reads neither the Dot
     nor a running value: scores ``braze_mm_scaled_max`` can compute while the GEMM's
     block is in registers (a division as the multiplication by ``1 / f`` that the
     renderer makes of it)."""
@@ -147,7 +152,7 @@ def _scaled_dot(e: ir.Expr, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr | None, 
     a, b = e.args
     if e.name == "mul" and b == dot:
         a, b = b, a
-    if a != dot or b.dtype is not dt.float32 or ir.uses_inner(b, n_outer) \
+    if a != dot or b.dtype not in _FLOATS or ir.uses_inner(b, n_outer) \
             or any(isinstance(x, (ir.Dot, ir.Acc)) for x in ir.walk(b)):
         return None
     return b, e.name == "div"

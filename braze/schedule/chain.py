@@ -56,11 +56,14 @@ CHAIN_DTYPES = (dt.float32, dt.float16, dt.bfloat16)
 
 def in_float32(e: ir.Expr) -> ir.Expr:
     """``e`` computed in float32: half-typed results are not rounded back to their type,
-    and a cast to a half type of a float32 value is dropped. Loads keep their dtype (the
+    half constants are float32 ones, and a cast to a half type of a float32 value is
+    dropped. Loads keep their dtype (the
     renderer converts a half load to float). Only for values between a chain's matmuls,
     which are never stored: rounding each of them as the reference does would make the
     repair terms underivable (rounding does not distribute over a sum), and would lose
     the precision float32 accumulation is for."""
+    if isinstance(e, ir.Const) and e.dtype.is_half:
+        return ir.Const(e.value, dt.float32)  # a half value is exact in float32
     if not isinstance(e, ir.Op):
         return e
     args = tuple(in_float32(a) for a in e.args)
