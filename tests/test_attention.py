@@ -424,8 +424,8 @@ def test_every_variant_decodes_in_one_kernel_reading_keys_in_place(name: str, mo
     """One query per head (two per KV head for GQA) against 1001 keys (a last tile of 41:
     past every multiple the dot-product loops take): the few rows of a task read the
     keys where they are (``braze_mm_nt``), except keys whose head dim is strided, which
-    are packed as before. Scores of a huge query, a nan and an inf in the keys give
-    the reference's result, nan where it has nan."""
+    are first copied into contiguous rows. Scores of a huge query, a nan and an inf in
+    the keys give the reference's result, nan where it has nan."""
     fn, hkv = VARIANTS[name]
     q, k, v = _inputs(20, n_q=1, n_kv=1001, hkv=hkv)
     q[0, 0, 0] *= 1e4
@@ -434,7 +434,8 @@ def test_every_variant_decodes_in_one_kernel_reading_keys_in_place(name: str, mo
     plan.clear()
     got, ref, st = _run(fn, [q, k, v], monkeypatch)
     assert st["kernel_launches"] == 1, st
-    assert any("braze_mm_nt(" in src for src in _chain_sources()) == (name != "strided_keys_and_values")
+    in_place = name != "strided_keys_and_values"
+    assert any(("braze_mm_nt(" in src) and ((f"kt, {D}, st" in src) != in_place) for src in _chain_sources())
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)
 

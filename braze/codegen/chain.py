@@ -253,9 +253,12 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     ldv = _rows_in_place(contract.v, n_outer)
     ldk = _rows_in_place(dot.b, n_outer) if d % 8 == 0 else None
     k_at = f"a{dot.b.arg} + " + Renderer([f"o{i}" for i in range(n_outer)] + ["j0", "0"]).index(dot.b.index)
-    # A task of few rows (decoding) reads its keys in place, by dot products along
-    # them (braze_mm_nt): transposing a tile would cost as much as the GEMM it feeds.
-    narrow = ldk is not None and rows_per_batch <= NARROW
+    # A task of few rows (decoding) takes its scores by dot products along the key rows
+    # (braze_mm_nt): transposing a tile would cost as much as the GEMM it feeds. float32
+    # rows contiguous along the head dim are read in place; other keys (half types, a
+    # strided head dim) are converted tile by tile into contiguous rows (``kt``) first.
+    narrow = rows_per_batch <= NARROW and d % 8 == 0
+    k_rows, k_ld = (k_at, ldk) if ldk is not None else ("kt", d)
     v_at = f"a{contract.v.arg} + " + Renderer([f"o{i}" for i in range(n_outer)] + ["j0", "0"]).index(contract.v.index)
 
     names = iter(range(1 << 30))
@@ -284,7 +287,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
             res.append(f"{ind}const int64_t o{i} = {rest} % {k.outer[i]};")
             rest = f"({rest} / {k.outer[i]})"
         res.append(f"{ind}float qt[{BQ} * {d}], st[{BQ} * {BK}], wt[{BQ} * {BK}], ot[{BQ} * {e}];")
-        if not narrow:  # the key tile, packed here when no pre-pass packed them all
+        if not narrow or ldk is None:  # the key tile, packed here when no pre-pass packed them all
             res.append(f"{ind}float kt[{d} * {BK}];")
         if ldv is None:  # the value tile, unless values are read in place
             res.append(f"{ind}float vt[{BK} * {e}];")
@@ -409,8 +412,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         the additive mask's rows, the row max and nan flag) by ``braze_mm_scaled_max``
         where the tile is ``fast``."""
         if narrow:
-            mm = f"braze_mm_nt(nq, nk, {d}, qt, {d}, {k_at}, {ldk}, st, {BK}"
-            fused_mm = f"braze_mm_nt_scaled_max(nq, nk, {d}, qt, {d}, {k_at}, {ldk}, st, {BK}"
+            mm = f"braze_mm_nt(nq, nk, {d}, qt, {d}, {k_rows}, {k_ld}, st, {BK}"
+            fused_mm = f"braze_mm_nt_scaled_max(nq, nk, {d}, qt, {d}, {k_rows}, {k_ld}, st, {BK}"
         else:
             mm = f"braze_mm(nq, {BK}, {d}, qt, {d}, ktp, {BK}, st, {BK}, 0"
             fused_mm = f"braze_mm_scaled_max(nq, {BK}, {d}, qt, {d}, ktp, {BK}, st, {BK}"
@@ -434,6 +437,14 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                 f"    else for (int64_t dd = 0; dd < {d}; dd++) {dst}[dd * {BK} + jj] = 0.0f;",
                 "}"]
 
+    def pack_k_rows(dst: str) -> list[str]:
+        """The key tile at ``j0`` as float rows ``[j][d]`` (a narrow task's keys that
+        cannot be read in place)."""
+        return ["for (int64_t jj = 0; jj < nk; jj++) {",
+                "    const int64_t i0 = j0 + jj;",
+                f"    for (int64_t dd = 0; dd < {d}; dd++) {dst}[jj * {d} + dd] = {load(dot.b)};",
+                "}"]
+
     def pack_v(dst: str) -> list[str]:
         return ["for (int64_t jj = 0; jj < nk; jj++) {",
                 "    const int64_t i0 = j0 + jj;",
@@ -452,7 +463,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         if not narrow:
             body.append(f"    const float *ktp = kpack ? kpack + tile * {d * BK} : kt;")
         body.append(f"    const float *vtp = {v_at if ldv is not None else f'kpack ? vpack + tile * {BK * e} : vt'};")
-        pack = ([] if narrow else pack_k("kt")) + (pack_v("vt") if with_contract and ldv is None else [])
+        keys = pack_k("kt") if not narrow else pack_k_rows("kt") if ldk is None else []
+        pack = keys + (pack_v("vt") if with_contract and ldv is None else [])
         if pack:
             body += ["    if (!kpack) {"] + ["        " + t for t in pack] + ["    }"]
         fast = rolling and with_contract and fused is not None
