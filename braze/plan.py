@@ -272,6 +272,8 @@ class Form:
         if self.root is not _root or len(self.path) != len(self.entries) + 1 or self.path[-1] is None:
             return None
         where = {id(st): i for i, st in enumerate(pool)}
+        if len(where) != len(pool):  # one storage in two places: its form would not say which
+            return None
         return FormCopy(self.root, tuple(where[id(st)] for st in self.storages), tuple(self.entries),
                         tuple(self.refs), tuple(self.produced), tuple(self.marks), tuple(self.path),
                         tuple(self.offs.items()), tuple(self.off_keys), tuple(self.off_marks))
