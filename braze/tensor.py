@@ -1532,7 +1532,11 @@ def full(size: Any, fill_value: Scalar, *, dtype: Any = None, device: Any = None
     if dtype is None:
         dtype = dt.bool_ if isinstance(fill_value, bool) else dt.int64 if isinstance(fill_value, int) else dt.float32
     d = as_dtype(dtype, "full")
-    value = _scalar_to("full", fill_value, d)._storage.data()[0].item() if not d.is_half else float(fill_value)
+    if d.is_half:  # the value the tensor holds: rounded to its type (beyond its range: inf)
+        with np.errstate(over="ignore"):
+            value = float(np.asarray(fill_value, dtype=np.float32).astype(d.np).astype(np.float32))
+    else:
+        value = _scalar_to("full", fill_value, d)._storage.data()[0].item()
     return _record("full", [], shape=shape, dtype=d, value=value)
 
 

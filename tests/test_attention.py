@@ -231,6 +231,18 @@ def test_half_attention_is_one_kernel_computed_in_float32(name: str, dtype: str,
     assert np.abs(got - truth).mean() < np.abs(ref - truth).mean()
 
 
+def _one_kernel_and_reference(prog: Callable[..., braze.Tensor], ts: list[braze.Tensor],
+                              monkeypatch: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``prog`` over realised inputs, fused (one kernel) and on the reference, in float64."""
+    braze.reset_stats()
+    got = prog(*ts).numpy().astype(np.float64)
+    assert braze.stats()["kernel_launches"] == 1, braze.stats()
+    with monkeypatch.context() as m:
+        m.setenv("BRAZE_FUSION", "0")
+        ref = prog(*ts).numpy().astype(np.float64)
+    return got, ref
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_decode_and_fully_masked_rows(dtype: str, monkeypatch: Any) -> None:
     """One query against 1001 keys (GQA, SDPA) with a bool mask that hides every key
@@ -244,15 +256,66 @@ def test_half_decode_and_fully_masked_rows(dtype: str, monkeypatch: Any) -> None
         return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True)
 
     ts = [braze.from_numpy(a).to(half).realize() for a in (q, k, v)] + [braze.from_numpy(keep)]
-    braze.reset_stats()
-    got = prog(*ts).numpy().astype(np.float64)
-    assert braze.stats()["kernel_launches"] == 1
-    with monkeypatch.context() as m:
-        m.setenv("BRAZE_FUSION", "0")
-        ref = prog(*ts).numpy().astype(np.float64)
+    got, ref = _one_kernel_and_reference(prog, ts, monkeypatch)
     assert np.isnan(got[0, 1]).all() and np.isnan(ref[0, 1]).all()
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
     np.testing.assert_allclose(got, ref, atol={"float16": 2e-3, "bfloat16": 2e-2}[dtype], rtol=0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_chain_inputs_keep_the_reference_rounding(dtype: str, monkeypatch: Any) -> None:
+    """Only what reads the scores is computed in float32. A float32 padding mask of -1e9
+    cast to the half type is -inf in the reference (float16 overflows), and must be here
+    too: a fully padded row is nan in both, not a finite average; a fill made with
+    ``full`` holds its rounded value."""
+    half = getattr(braze, dtype)
+    q, k, v = _inputs(13)
+    pad = np.zeros((N, N), dtype=np.float32)
+    pad[:, -20:] = -1e9
+    pad[7] = -1e9  # query 7 sees nothing
+
+    def prog(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor, pad: braze.Tensor) -> braze.Tensor:
+        fill = braze.full((N, N), -1e5, dtype=q.dtype)
+        i, j = _ij(N, N)
+        s = (q @ k.mT * D ** -0.5).masked_fill(j > i + 100, 0.0) + pad.to(q.dtype)
+        return braze.softmax(braze.where(j == i + 120, fill, s), -1) @ v
+
+    ts = [braze.from_numpy(a).to(half).realize() for a in (q, k, v)] + [braze.from_numpy(pad)]
+    got, ref = _one_kernel_and_reference(prog, ts, monkeypatch)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    assert (dtype == "bfloat16") != np.isnan(ref[0, :, 7]).all()  # -1e9 is finite in bfloat16
+    np.testing.assert_allclose(got, ref, atol={"float16": 2e-3, "bfloat16": 2e-2}[dtype], rtol=0)
+
+
+def test_half_scores_beyond_the_half_range_stay_finite(monkeypatch: Any) -> None:
+    """A documented difference: float16 scores |q.k| > 65504 overflow in the reference
+    (inf - inf: nan rows), while the chain computes them in float32, as FlashAttention
+    kernels do, and gives the attention of the float16 inputs."""
+    q, k, v = _inputs(14)
+    q *= 60.0
+    k *= 60.0
+    ts = [braze.from_numpy(a).to(braze.float16).realize() for a in (q, k, v)]
+    got = plain(*ts).numpy().astype(np.float64)
+    with monkeypatch.context() as m:
+        m.setenv("BRAZE_FUSION", "0")
+        ref = plain(*ts).numpy()
+        truth = plain(*[braze.from_numpy(a) for a in _in_float64([q, k, v], braze.float16)]).numpy()
+    assert np.isnan(ref).any() and not np.isnan(got).any()
+    np.testing.assert_allclose(got, truth, atol=2e-3, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_no_keys_give_zeros_as_the_reference_does(dtype: str, monkeypatch: Any) -> None:
+    """An empty KV cache: ``softmax(q @ k.mT) @ v`` over no keys is a sum over nothing."""
+    q = np.ones((1, 2, 3, 16), np.float32)
+    k = np.ones((1, 2, 0, 16), np.float32)
+    ts = [braze.from_numpy(a).to(getattr(braze, dtype)) for a in (q, k, k)]
+    got = plain(*ts).numpy()
+    with monkeypatch.context() as m:
+        m.setenv("BRAZE_FUSION", "0")
+        ref = plain(*ts).numpy()
+    np.testing.assert_array_equal(got, ref)
+    assert not np.isnan(got).any()
 
 
 def test_no_repair_term_means_no_chain_and_says_why(monkeypatch: Any, capfd: Any, tmp_path: Any) -> None:

@@ -390,3 +390,40 @@ def test_every_float16_converts_exactly_in_a_kernel() -> None:
     with np.errstate(invalid="ignore"):  # the signalling nans
         want = x.astype(np.float32) * np.float32(2.0)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.skipif(__import__("platform").machine() not in ("x86_64", "AMD64"), reason="x86's MXCSR")
+def test_float16_conversion_is_exact_under_denormals_are_zero() -> None:
+    """Code built with -ffast-math, or ``torch.set_flush_denormal(True)``, may leave the
+    CPU treating float32 subnormals as zero. braze's float16 -> float conversion must not
+    pass through one: every float16 subnormal is a normal float32."""
+    import ctypes
+
+    from braze.codegen.c import PRELUDE
+    from braze.runtime.cpu import compile_c
+
+    source = PRELUDE + r"""
+#include <xmmintrin.h>
+void convert_daz(const uint16_t *h, float *out, int64_t n) {
+    const unsigned int saved = _mm_getcsr();
+    _mm_setcsr(saved | 0x8040);  /* denormals are zero, flush to zero */
+    for (int64_t i = 0; i < n; i++) out[i] = braze_h2f(h[i]);
+    _mm_setcsr(saved);
+}
+"""
+    fn = compile_c(source, ["convert_daz"])["convert_daz"]
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    out = np.empty(1 << 16, dtype=np.float32)
+    fn(ctypes.c_void_p(bits.ctypes.data), ctypes.c_void_p(out.ctypes.data), ctypes.c_int64(1 << 16))
+    want = bits.view(np.float16).astype(np.float32)
+    ok = (out.view(np.uint32) == want.view(np.uint32)) | (np.isnan(out) & np.isnan(want))
+    assert ok.all(), bits[~ok][:8]
+
+
+def test_full_holds_its_value_rounded_to_a_half_type() -> None:
+    """``full(-1e5, float16)`` is -inf, ``full(0.1, bfloat16)`` is 0.10009766, fused or not."""
+    with np.errstate(over="ignore"):
+        for value, dtype in ((-1e5, "float16"), (0.1, "bfloat16"), (0.1, "float16")):
+            got = (braze.full((3,), value, dtype=getattr(braze, dtype)) * 1.0).numpy().astype(np.float32)
+            want = np.full(3, value, dtype=np.float32).astype(getattr(braze, dtype).np).astype(np.float32)
+            np.testing.assert_array_equal(got, want)

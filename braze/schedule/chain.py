@@ -55,16 +55,16 @@ CHAIN_DTYPES = (dt.float32, dt.float16, dt.bfloat16)
 
 
 def in_float32(e: ir.Expr) -> ir.Expr:
-    """``e`` computed in float32: half-typed results are not rounded back to their type,
-    half constants are float32 ones, and a cast to a half type of a float32 value is
-    dropped. Loads keep their dtype (the
-    renderer converts a half load to float). Only for values between a chain's matmuls,
-    which are never stored: rounding each of them as the reference does would make the
-    repair terms underivable (rounding does not distribute over a sum), and would lose
-    the precision float32 accumulation is for."""
-    if isinstance(e, ir.Const) and e.dtype.is_half:
-        return ir.Const(e.value, dt.float32)  # a half value is exact in float32
-    if not isinstance(e, ir.Op):
+    """``e`` computed in float32 where it reads the scores (the Dot) or a running value:
+    there half-typed results are not rounded back to their type, and a cast to a half
+    type of a float32 value is dropped. What reads neither (a mask, a bias, a fill: the
+    chain's inputs) is left as it is, computed and rounded as the reference computes it
+    (a float32 mask of -1e9 cast to float16 is -inf there too). Loads keep their dtype
+    (the renderer converts a half load to float). Rounding the values between the
+    matmuls as the reference does would make the repair terms underivable (rounding does
+    not distribute over a sum), and would lose what float32 accumulation is for; so
+    scores beyond the half range stay finite here, where the reference's overflow."""
+    if not isinstance(e, ir.Op) or not any(isinstance(n, (ir.Dot, ir.Acc)) for n in ir.walk(e)):
         return e
     args = tuple(in_float32(a) for a in e.args)
     if e.name == "cast" and e.dtype.is_half and args[0].dtype is dt.float32:
@@ -90,6 +90,8 @@ def find(s: "Scheduler", i: int) -> Chain | str:
     if len(a.layout.shape) < 2 or len(b.layout.shape) < 2:
         return "a matrix-vector product"
     shape = out.layout.shape
+    if not shape[-1]:  # no keys: the row's sum is empty, and only the reference gives 0 for its weights' product
+        return "no keys (the row axis is empty)"
     row_shape = shape[:-1] + (1,)
     region = {s.key(out.storage)}
     chain = Chain(i, -1)
