@@ -62,6 +62,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 MAX_SIGNATURES = 256  # per function: past this, new signatures run without replay
+_UNTRACED: Any = object()  # a signature not seen yet (None: traced, not replayable)
 
 #: Keyed by value; any other object by identity.
 _VALUES = (int, float, complex, str, bytes, type(None), np.generic, DType, Device, range, type(Ellipsis))
@@ -85,6 +86,10 @@ class _Call:
         if kwargs:
             parts.append(tuple((k, self._key(kwargs[k])) for k in sorted(kwargs)))
         self.key = tuple(parts)
+
+    def stream(self) -> Stream:
+        """The stream of the call's device (its first tensor's; the CPU's without one)."""
+        return stream_of(self.storages[0].device if self.storages else CPU)
 
     def _key(self, x: Any) -> Any:
         if isinstance(x, Tensor):
@@ -127,7 +132,7 @@ class _Recording:
     replay getting a copy of their data as traced. Node templates keep no storage the
     function produced: a template of a big intermediate costs its shape, not its memory."""
 
-    __slots__ = ("fresh", "made", "captured", "pending", "nodes", "result", "budget", "form_copy")
+    __slots__ = ("fresh", "made", "captured", "captured_ids", "pending", "nodes", "result", "budget", "form_copy")
 
     def __init__(self, fresh: list[tuple[Any, Any, int]], made: list[Storage], captured: list[Storage],
                  nodes: list[tuple[Any, tuple[tuple[int, Layout], ...], tuple[tuple[int, Layout], ...], dict[str, Any]]],
@@ -135,6 +140,7 @@ class _Recording:
         self.fresh = fresh  # (dtype, device, numel) of each storage the nodes produce
         self.made = [(st.dtype, st.device, st.numel, st.data().copy()) for st in made]
         self.captured = captured
+        self.captured_ids = frozenset(id(st) for st in captured)  # held by the recording: ids stay theirs
         self.pending = [st.array is None for st in captured]  # part of the form
         self.nodes = nodes
         self.result = result
@@ -223,16 +229,15 @@ class Jitted(Generic[P, R]):
         except _Unkeyable as err:
             self._say(f"an argument of type {err} cannot key a call (it is not hashable)")
             return self.fn(*args, **kwargs)
-        if call.key not in self.recordings:
+        rec = self.recordings.get(call.key, _UNTRACED)  # one lookup: a key's hash is not cached
+        if rec is _UNTRACED:
             return self._trace(call, args, kwargs)
-        rec = self.recordings[call.key]
-        if rec is None or (rec.captured and _aliases(call.storages, rec.captured)):
-            return self.fn(*args, **kwargs)
-        dev = call.storages[0].device if call.storages else CPU
-        return rec.replay(call, stream_of(dev))
+        if rec is None or not rec.captured_ids.isdisjoint([id(st) for st in call.storages]):
+            return self.fn(*args, **kwargs)  # not replayable, or an argument is a captured tensor
+        return rec.replay(call, call.stream())
 
     def _trace(self, call: _Call, args: Any, kwargs: Any) -> R:
-        stream = stream_of(call.storages[0].device if call.storages else CPU)
+        stream = call.stream()
         queue, start = stream.nodes, len(stream.nodes)
         flushes, recorded, reads = COUNTERS["flushes"], COUNTERS["nodes_recorded"], COUNTERS["data_reads"]
         born = Storage.next_id()  # storages made by the call have larger ids
@@ -272,12 +277,6 @@ class Jitted(Generic[P, R]):
             self._warned.add(why)
             name = getattr(self.fn, "__qualname__", repr(self.fn))
             print(f"braze.jit: {name}: {why}; it runs without replay", file=sys.stderr)
-
-
-def _aliases(storages: list[Storage], captured: list[Storage]) -> bool:
-    """Is an argument one of the tensors the traced call captured?"""
-    ids = {id(st) for st in captured}
-    return any(id(st) in ids for st in storages)
 
 
 def _fresh_storages(nodes: list[Node]) -> list[Storage]:

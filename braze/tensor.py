@@ -850,6 +850,13 @@ def _broadcast_scalar(shape: Shape) -> Layout:
     return _memo_layout(_SCALAR_EXPANDED, shape, _SCALAR_LAYOUT.expand)
 
 
+def _scalar_value(op: str, value: Any, dtype: DType) -> Scalar:
+    """``value`` as a tensor of ``dtype`` holds it (a half value rounded, beyond its range
+    inf), as a Python scalar: an attribute, read from a constant, not a data read."""
+    with np.errstate(over="ignore"):
+        return _scalar_to(op, value, dtype)._storage.data()[0].item()
+
+
 def _scalar_to(op: str, value: Any, dtype: DType) -> Tensor:
     """A Python scalar takes the tensor's dtype, if it fits exactly; braze never promotes."""
     if isinstance(value, np.generic):
@@ -1377,7 +1384,7 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: Scalar
             x = x.narrow(d, start, stop - start)
     pos = tuple((_b.max(lo, 0), _b.max(hi, 0)) for lo, hi in pairs)
     if mode == "constant":
-        fill = _scalar_to("pad", value, x.dtype)._storage.data()[0].item()  # a Python value, not a data read
+        fill = _scalar_value("pad", value, x.dtype)
     else:
         fill = 0
         for d, (lo, hi) in enumerate(pos):
@@ -1532,12 +1539,7 @@ def full(size: Any, fill_value: Scalar, *, dtype: Any = None, device: Any = None
     if dtype is None:
         dtype = dt.bool_ if isinstance(fill_value, bool) else dt.int64 if isinstance(fill_value, int) else dt.float32
     d = as_dtype(dtype, "full")
-    if d.is_half:  # the value the tensor holds: rounded to its type (beyond its range: inf)
-        with np.errstate(over="ignore"):
-            value = float(np.asarray(fill_value, dtype=np.float32).astype(d.np).astype(np.float32))
-    else:
-        value = _scalar_to("full", fill_value, d)._storage.data()[0].item()
-    return _record("full", [], shape=shape, dtype=d, value=value)
+    return _record("full", [], shape=shape, dtype=d, value=_scalar_value("full", fill_value, d))
 
 
 def zeros(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:

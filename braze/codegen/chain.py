@@ -41,6 +41,7 @@ from math import prod
 
 from .. import dtypes as dt
 from .. import ir
+from ..schedule.chain import CHAIN_DTYPES  # a scale or mask may load as any of them (converted to float)
 from .c import _OMP, Renderer, _passes, converted, _reduce_init, _reduce_update, _safe, moved, repaired, repaired_when_moved
 
 BQ = 48  # rows per task (a multiple of the GEMM tile's 6): each packed B and V tile serves them all
@@ -98,11 +99,6 @@ class _Skip:
     factor: ir.Expr | None = None
 
 
-#: What a scale or an additive mask may be loaded as (rendered to float; half types come
-#: from a half-precision chain, ``schedule/chain.in_float32``)
-_FLOATS = (dt.float32, dt.float16, dt.bfloat16)
-
-
 def _skip_rule(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> _Skip | None:
     """A tile where every score is the fill can skip its matmuls if the fill is an
     identity for every reduction (checked at run time, per row: a -inf fill is, for max
@@ -129,7 +125,7 @@ def _skip_rule(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> _Skip | None:
     if x.name == "add" and x.dtype is dt.float32:
         for t, m in (x.args, x.args[::-1]):
             scaled = _scaled_dot(t, dot, n_outer)
-            if scaled is not None and m.dtype in _FLOATS and dot not in set(ir.walk(m)) \
+            if scaled is not None and m.dtype in CHAIN_DTYPES and dot not in set(ir.walk(m)) \
                     and not any(isinstance(a, ir.Acc) for a in ir.walk(m)):
                 f, divides = scaled
                 if f is not None and divides:
@@ -152,7 +148,7 @@ def _scaled_dot(e: ir.Expr, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr | None, 
     a, b = e.args
     if e.name == "mul" and b == dot:
         a, b = b, a
-    if a != dot or b.dtype not in _FLOATS or ir.uses_inner(b, n_outer) \
+    if a != dot or b.dtype not in CHAIN_DTYPES or ir.uses_inner(b, n_outer) \
             or any(isinstance(x, (ir.Dot, ir.Acc)) for x in ir.walk(b)):
         return None
     return b, e.name == "div"
