@@ -3,13 +3,16 @@
  *
  * braze_mm: C = A * B (acc = 0) or C += A * B (acc = 1), float32, A m x k (row stride lda), B k x n (row stride
  * ldb), C m x n (row stride ldc), every row contiguous. Register-blocked: 6 rows of C
- * times 16 columns live in twelve 8-float vectors while k runs, so each element of B
- * loaded is used 6 times and each element of A broadcast is used 16 times. GCC vector
- * types, not intrinsics: -march=native picks AVX2 or AVX-512, and -ffp-contract=fast
- * turns each c += a * b into one FMA. Rows past a multiple of 6 and columns past a
- * multiple of 16 take narrower loops. The tiles are small (a few tens of KiB) and stay
- * in L1/L2; what BLAS adds beyond this (packing for L3, many-core blocking) does not
- * pay at these sizes.
+ * times two vectors of columns live in twelve accumulators while k runs, so each vector
+ * of B loaded is used 6 times and each element of A broadcast is used twice. GCC
+ * vector types as wide as the target's registers: 16 floats where -march=native has
+ * AVX-512 (twice the FMA work per instruction where the core has 512-bit FMA units: on
+ * the AMD EPYC braze is developed on, 260 against 130 GFLOP/s per core, twelve
+ * independent FMA chains, while numpy's OpenBLAS picks its Haswell kernels there and
+ * reaches 100-127), 8 with AVX2; -ffp-contract=fast turns each c += a * b into one FMA. Rows
+ * past a multiple of 6 and columns past a block take narrower blocks. The tiles are
+ * small (a few tens of KiB) and stay in L1/L2; what BLAS adds beyond this (packing for
+ * L3, many-core blocking) does not pay at these sizes.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,81 +23,89 @@ typedef int32_t braze_i8 __attribute__((vector_size(32), aligned(4), may_alias))
 static inline braze_v8 braze_v8_load(const float *p) { return *(const braze_v8 *)p; }
 static inline void braze_v8_store(float *p, braze_v8 v) { *(braze_v8 *)p = v; }
 
-static inline braze_v8 braze_v8_init(const float *p, int acc) {
-    if (acc) return braze_v8_load(p);
-    braze_v8 z = {0, 0, 0, 0, 0, 0, 0, 0};
+/* The GEMM's vector: as wide as the machine's (16 floats with AVX-512, else 8). */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define BRAZE_VL 16
+#else
+#define BRAZE_VL 8
+#endif
+typedef float braze_vf __attribute__((vector_size(4 * BRAZE_VL), aligned(4), may_alias));
+typedef int32_t braze_vi __attribute__((vector_size(4 * BRAZE_VL), aligned(4), may_alias));
+static inline braze_vf braze_vf_load(const float *p) { return *(const braze_vf *)p; }
+static inline void braze_vf_store(float *p, braze_vf v) { *(braze_vf *)p = v; }
+static inline braze_vf braze_vf_init(const float *p, int acc) {
+    if (acc) return braze_vf_load(p);
+    const braze_vf z = {0};
     return z;
 }
 
-/* One row of C: 64 columns in eight accumulators (as many FMAs in flight as the two
- * FMA pipes times their latency need), then 8-column steps, then single columns.
- * Rows past a multiple of 6 take it: a decoding chain kernel's few query rows, where it
- * beats a 4 x 16 block (eight accumulators fed by four broadcasts and two loads per
- * step, latency-bound) by about a third. */
-static inline void braze_mm_row(int64_t n, int64_t k, const float *restrict a, const float *restrict B,
-                                int64_t ldb, float *restrict c, int acc) {
-    int64_t j = 0;
-    for (; j + 64 <= n; j += 64) {
-        braze_v8 x[8];
-        for (int l = 0; l < 8; l++) x[l] = braze_v8_init(c + j + 8 * l, acc);
-        for (int64_t p = 0; p < k; p++) {
-            const float s = a[p];
-            for (int l = 0; l < 8; l++) x[l] += s * braze_v8_load(B + p * ldb + j + 8 * l);
-        }
-        for (int l = 0; l < 8; l++) braze_v8_store(c + j + 8 * l, x[l]);
-    }
-    for (; j + 8 <= n; j += 8) {
-        braze_v8 x = braze_v8_init(c + j, acc);
-        for (int64_t p = 0; p < k; p++) x += a[p] * braze_v8_load(B + p * ldb + j);
-        braze_v8_store(c + j, x);
-    }
-    for (; j < n; j++) {
-        float y = acc ? c[j] : 0.0f;
-        for (int64_t p = 0; p < k; p++) y += a[p] * B[p * ldb + j];
-        c[j] = y;
-    }
-}
-
-/* 6 rows x 16 columns: twelve accumulators hide the FMA latency (4 x 16, eight of
- * them, is latency-bound: 43 against 73 GFLOP/s on a 32 x 64 x 64 tile, znver3 at
- * 2.45 GHz, whose peak is 78). x += the block of A's 6 rows times B's 16 columns. */
-static inline __attribute__((always_inline)) void braze_mm_block6(int64_t k, const float *restrict A, int64_t lda,
-                                                                  const float *restrict B, int64_t ldb,
-                                                                  braze_v8 x[6][2]) {
+/* x[r][l] += row r of A times columns [l, l + 1) * BRAZE_VL of B, for r < R, l < V:
+ * R x V accumulators, each vector of B loaded once per step and used by R rows, each
+ * element of A broadcast once and used by V vectors. R and V are literals wherever it
+ * is called, so gcc unrolls both loops and keeps x in registers. */
+static inline __attribute__((always_inline)) void braze_mm_block(const int R, const int V, int64_t k,
+                                                                 const float *restrict A, int64_t lda,
+                                                                 const float *restrict B, int64_t ldb,
+                                                                 braze_vf x[6][8]) {
     for (int64_t p = 0; p < k; p++) {
-        const braze_v8 b0 = braze_v8_load(B + p * ldb), b1 = braze_v8_load(B + p * ldb + 8);
-        for (int r = 0; r < 6; r++) {
+        braze_vf b[8];
+        for (int l = 0; l < V; l++) b[l] = braze_vf_load(B + p * ldb + l * BRAZE_VL);
+        for (int r = 0; r < R; r++) {
             const float s = A[r * lda + p];
-            x[r][0] += s * b0;
-            x[r][1] += s * b1;
+            for (int l = 0; l < V; l++) x[r][l] += s * b[l];
         }
     }
 }
 
-static inline void braze_mm_rows6(int64_t n, int64_t k, const float *restrict A, int64_t lda,
-                                  const float *restrict B, int64_t ldb, float *restrict C, int64_t ldc, int acc) {
+/* C's block of R rows x V vectors of columns = (acc = 0) or += that block of A * B. */
+static inline __attribute__((always_inline)) void braze_mm_tile(const int R, const int V, int64_t k,
+                                                                const float *restrict A, int64_t lda,
+                                                                const float *restrict B, int64_t ldb,
+                                                                float *restrict C, int64_t ldc, int acc) {
+    braze_vf x[6][8];
+    for (int r = 0; r < R; r++)
+        for (int l = 0; l < V; l++) x[r][l] = braze_vf_init(C + r * ldc + l * BRAZE_VL, acc);
+    braze_mm_block(R, V, k, A, lda, B, ldb, x);
+    for (int r = 0; r < R; r++)
+        for (int l = 0; l < V; l++) braze_vf_store(C + r * ldc + l * BRAZE_VL, x[r][l]);
+}
+
+/* R rows of C (R a literal): blocks of V vectors of columns, then one vector, then
+ * single columns. */
+static inline __attribute__((always_inline)) void braze_mm_rows(const int R, const int V, int64_t n, int64_t k,
+                                                                const float *restrict A, int64_t lda,
+                                                                const float *restrict B, int64_t ldb,
+                                                                float *restrict C, int64_t ldc, int acc) {
     int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        braze_v8 x[6][2];
-        for (int r = 0; r < 6; r++) {
-            x[r][0] = braze_v8_init(C + r * ldc + j, acc);
-            x[r][1] = braze_v8_init(C + r * ldc + j + 8, acc);
+    for (; j + V * BRAZE_VL <= n; j += V * BRAZE_VL) braze_mm_tile(R, V, k, A, lda, B + j, ldb, C + j, ldc, acc);
+    for (; j + BRAZE_VL <= n; j += BRAZE_VL) braze_mm_tile(R, 1, k, A, lda, B + j, ldb, C + j, ldc, acc);
+    for (int r = 0; r < R; r++)
+        for (int64_t jj = j; jj < n; jj++) {
+            float y = acc ? C[r * ldc + jj] : 0.0f;
+            for (int64_t p = 0; p < k; p++) y += A[r * lda + p] * B[p * ldb + jj];
+            C[r * ldc + jj] = y;
         }
-        braze_mm_block6(k, A, lda, B + j, ldb, x);
-        for (int r = 0; r < 6; r++) {
-            braze_v8_store(C + r * ldc + j, x[r][0]);
-            braze_v8_store(C + r * ldc + j + 8, x[r][1]);
-        }
-    }
-    if (j < n)
-        for (int r = 0; r < 6; r++) braze_mm_row(n - j, k, A + r * lda, B + j, ldb, C + r * ldc + j, acc);
 }
 
+/* braze_mm: blocks of 6 rows x 2 vectors (twelve accumulators hide the FMA latency:
+ * with 8-float vectors a 4-row block, eight of them, is latency-bound: 43 against 73
+ * GFLOP/s on a 32 x 64 x 64 tile, znver3 at 2.45 GHz, whose peak is 78). Rows past a
+ * multiple of 6 (a decoding chain kernel's few query rows): with 32 vector registers
+ * (AVX-512), blocks of 4 rows x 4 vectors (sixteen accumulators); then one row at a
+ * time, 4 vectors of columns at a time with 16 floats, 8 with 8 (one row's eight
+ * accumulators beat a 4-row block of eight, latency-bound, by a third). */
+#define BRAZE_NB (2 * BRAZE_VL)  /* braze_mm's columns per 6-row block */
 static inline void braze_mm(int64_t m, int64_t n, int64_t k, const float *restrict A, int64_t lda,
                             const float *restrict B, int64_t ldb, float *restrict C, int64_t ldc, int acc) {
     int64_t i = 0;
-    for (; i + 6 <= m; i += 6) braze_mm_rows6(n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, acc);
-    for (; i < m; i++) braze_mm_row(n, k, A + i * lda, B, ldb, C + i * ldc, acc);
+    for (; i + 6 <= m; i += 6) braze_mm_rows(6, 2, n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, acc);
+#if BRAZE_VL == 16
+    for (; i + 4 <= m; i += 4) braze_mm_rows(4, 4, n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, acc);
+    for (; i < m; i++) braze_mm_rows(1, 4, n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, acc);
+#else
+    for (; i < m; i++) braze_mm_rows(1, 8, n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, acc);
+#endif
 }
 
 /* dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 block: eight row loads, three
@@ -130,18 +141,22 @@ static inline braze_v8 braze_v8_max(braze_v8 a, braze_v8 b) {
     const braze_i8 m = a > b;
     return (braze_v8)(((braze_i8)a & m) | ((braze_i8)b & ~m));
 }
+static inline braze_vf braze_vf_max(braze_vf a, braze_vf b) {
+    const braze_vi m = a > b;
+    return (braze_vf)(((braze_vi)a & m) | ((braze_vi)b & ~m));
+}
 
-/* The part of braze_mm_scaled_max past its 6 x 16 blocks: rows below ``done`` have
- * their first n16 columns scaled and their first ``covered`` folded into mx and nanf
+/* The part of braze_mm_scaled_max past its 6-row blocks: rows below ``done`` have
+ * their first nb columns scaled and their first ``covered`` folded into mx and nanf
  * already; the other rows have nothing. Scale, add the bias and fold the rest, eight
  * columns at a time where there are eight. */
 static inline void braze_scaled_max_rest(int64_t m, int64_t n, float *restrict C, int64_t ldc,
                                          const float *restrict s, const float *const *bias, int64_t nv,
-                                         float *restrict mx, int *restrict nanf, int64_t done, int64_t n16,
+                                         float *restrict mx, int *restrict nanf, int64_t done, int64_t nb,
                                          int64_t covered) {
     for (int64_t r = 0; r < m; r++) {
         float *c = C + r * ldc;
-        const int64_t scaled = r < done ? n16 : 0, folded = r < done ? covered : 0;
+        const int64_t scaled = r < done ? nb : 0, folded = r < done ? covered : 0;
         if (s)
             for (int64_t j = scaled; j < n; j++) c[j] *= s[r];
         if (bias)
@@ -173,7 +188,7 @@ static inline void braze_scaled_max_rest(int64_t m, int64_t n, float *restrict C
  * scaling) plus, when bias is not 0, bias[r][j] (an additive mask or bias; read only
  * for j < nv), and over the first nv columns of each row r, mx[r] = the largest value
  * (nan values passed over; -inf if there is none) and nanf[r] = whether any is nan. A
- * chain kernel's scores tile and its row max in one pass: the max folds each 6 x 16
+ * chain kernel's scores tile and its row max in one pass: the max folds each 6-row
  * block while it is still in registers, instead of a second walk over the tile per
  * row (the row work, not the GEMM, is what a chain kernel loses time on). C, the max
  * and the flag are what braze_mm, then y = x * s[r] (+ bias[r][j]) and a fold over the
@@ -185,37 +200,37 @@ static inline void braze_mm_scaled_max(int64_t m, int64_t n, int64_t k, const fl
                                        const float *restrict B, int64_t ldb, float *restrict C, int64_t ldc,
                                        const float *restrict s, const float *const *bias, int64_t nv,
                                        float *restrict mx, int *restrict nanf) {
-    const int64_t n16 = n - n % 16, covered = nv - nv % 16 < n16 ? nv - nv % 16 : n16;
+    const int64_t nb = n - n % BRAZE_NB, covered = nv - nv % BRAZE_NB < nb ? nv - nv % BRAZE_NB : nb;
     int64_t i = 0;
     for (; i + 6 <= m; i += 6) {
-        braze_v8 vm[6];
-        braze_i8 vn[6];
+        braze_vf vm[6];
+        braze_vi vn[6];
         for (int r = 0; r < 6; r++) {
-            vm[r] = (braze_v8){0, 0, 0, 0, 0, 0, 0, 0} - __builtin_inff();
-            vn[r] = (braze_i8){0, 0, 0, 0, 0, 0, 0, 0};
+            vm[r] = (braze_vf){0} - __builtin_inff();
+            vn[r] = (braze_vi){0};
         }
-        for (int64_t j = 0; j < n16; j += 16) {
-            braze_v8 x[6][2] = {{{0}}};
-            braze_mm_block6(k, A + i * lda, lda, B + j, ldb, x);
+        for (int64_t j = 0; j < nb; j += BRAZE_NB) {
+            braze_vf x[6][8] = {{{0}}};
+            braze_mm_block(6, 2, k, A + i * lda, lda, B + j, ldb, x);
             for (int r = 0; r < 6; r++) {
                 const float sr = s ? s[i + r] : 1.0f;
-                braze_v8 y0 = x[r][0] * sr, y1 = x[r][1] * sr;  /* x * 1 is x, nan included */
+                braze_vf y0 = x[r][0] * sr, y1 = x[r][1] * sr;  /* x * 1 is x, nan included */
                 if (j < covered) {
                     if (bias) {
-                        y0 += braze_v8_load(bias[i + r] + j);
-                        y1 += braze_v8_load(bias[i + r] + j + 8);
+                        y0 += braze_vf_load(bias[i + r] + j);
+                        y1 += braze_vf_load(bias[i + r] + j + BRAZE_VL);
                     }
-                    vm[r] = braze_v8_max(y1, braze_v8_max(y0, vm[r]));
+                    vm[r] = braze_vf_max(y1, braze_vf_max(y0, vm[r]));
                     vn[r] |= (y0 != y0) | (y1 != y1);
                 }
-                braze_v8_store(C + (i + r) * ldc + j, y0);
-                braze_v8_store(C + (i + r) * ldc + j + 8, y1);
+                braze_vf_store(C + (i + r) * ldc + j, y0);
+                braze_vf_store(C + (i + r) * ldc + j + BRAZE_VL, y1);
             }
         }
         for (int r = 0; r < 6; r++) {
             float v = -__builtin_inff();
             int any = 0;
-            for (int l = 0; l < 8; l++) {
+            for (int l = 0; l < BRAZE_VL; l++) {
                 v = vm[r][l] > v ? vm[r][l] : v;
                 any |= vn[r][l] != 0;
             }
@@ -223,11 +238,11 @@ static inline void braze_mm_scaled_max(int64_t m, int64_t n, int64_t k, const fl
             nanf[i + r] = any;
         }
     }
-    /* rows past a multiple of 6, columns past a multiple of 16: braze_mm, then scale, add
-     * the bias and fold what the blocks above did not */
+    /* rows past a multiple of 6, columns past a multiple of BRAZE_NB: braze_mm, then
+     * scale, add the bias and fold what the blocks above did not */
     if (i < m) braze_mm(m - i, n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, 0);
-    if (n16 < n && i > 0) braze_mm(i, n - n16, k, A, lda, B + n16, ldb, C + n16, ldc, 0);
-    braze_scaled_max_rest(m, n, C, ldc, s, bias, nv, mx, nanf, i, n16, covered);
+    if (nb < n && i > 0) braze_mm(i, n - nb, k, A, lda, B + nb, ldb, C + nb, ldc, 0);
+    braze_scaled_max_rest(m, n, C, ldc, s, bias, nv, mx, nanf, i, nb, covered);
 }
 
 /* 8 vectors to one: lane l is the sum of x[l]'s eight lanes (three rounds of shuffles
@@ -243,63 +258,91 @@ static inline braze_v8 braze_v8_sum8(const braze_v8 x[8]) {
     return BRAZE_SHUFFLE8(u[0], u[1], 0, 1, 2, 3, 8, 9, 10, 11) + BRAZE_SHUFFLE8(u[0], u[1], 4, 5, 6, 7, 12, 13, 14, 15);
 }
 
+/* Lane l of the result is the sum of x[l]'s lanes, l < 8 (16-float vectors: their
+ * halves added first). */
+static inline braze_v8 braze_vf_sum8(const braze_vf x[8]) {
+#if BRAZE_VL == 16
+    braze_v8 h[8];
+    for (int l = 0; l < 8; l++)  /* (through memory, gcc's halves stall on store forwarding) */
+        h[l] = (braze_v8)_mm512_castps512_ps256((__m512)x[l])
+             + (braze_v8)_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd((__m512)x[l]), 1));
+    return braze_v8_sum8(h);
+#else
+    return braze_v8_sum8(x);
+#endif
+}
+
+/* Eight dot products along contiguous rows of k floats (k a multiple of 8): lane
+ * r * (8 / R) + l is row r of A (r < R, R = 1, 2 or 4, a literal) times row l of Bt, in
+ * eight accumulators reduced by braze_vf_sum8; with 16-float vectors an odd last 8 of
+ * k is added by 8-float ones. Each row of Bt loaded serves the R rows of A. */
+static inline __attribute__((always_inline)) braze_v8 braze_dots8(const int R, int64_t k, const float *restrict A,
+                                                                  int64_t lda, const float *restrict Bt, int64_t ldbt) {
+    const int C = 8 / R;
+    braze_vf x[8] = {{0}};
+    int64_t p = 0;
+    for (; p + BRAZE_VL <= k; p += BRAZE_VL)
+        for (int l = 0; l < C; l++) {
+            const braze_vf b = braze_vf_load(Bt + l * ldbt + p);
+            for (int r = 0; r < R; r++) x[r * C + l] += braze_vf_load(A + r * lda + p) * b;
+        }
+    braze_v8 y = braze_vf_sum8(x);
+#if BRAZE_VL == 16
+    if (p < k) {
+        braze_v8 t[8] = {{0}};
+        for (int l = 0; l < C; l++)
+            for (int r = 0; r < R; r++) t[r * C + l] = braze_v8_load(A + r * lda + p) * braze_v8_load(Bt + l * ldbt + p);
+        y += braze_v8_sum8(t);
+    }
+#endif
+    return y;
+}
+
 /* One dot product of two contiguous rows of k floats, k a multiple of 8. */
 static inline float braze_dot(int64_t k, const float *restrict a, const float *restrict b) {
-    braze_v8 x = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int64_t p = 0; p < k; p += 8) x += braze_v8_load(a + p) * braze_v8_load(b + p);
+    braze_vf x = {0};
+    int64_t p = 0;
+    for (; p + BRAZE_VL <= k; p += BRAZE_VL) x += braze_vf_load(a + p) * braze_vf_load(b + p);
     float y = 0.0f;
-    for (int l = 0; l < 8; l++) y += x[l];
+    for (int l = 0; l < BRAZE_VL; l++) y += x[l];
+    for (; p < k; p++) y += a[p] * b[p];
     return y;
+}
+
+/* R rows (R = 2 or 4, a literal) of braze_mm_nt: 8 / R columns at a time. */
+static inline __attribute__((always_inline)) void braze_mm_nt_rows(const int R, int64_t n, int64_t k,
+                                                                   const float *restrict A, int64_t lda,
+                                                                   const float *restrict Bt, int64_t ldbt,
+                                                                   float *restrict C, int64_t ldc) {
+    const int cols = 8 / R;
+    int64_t j = 0;
+    for (; j + cols <= n; j += cols) {
+        const braze_v8 y = braze_dots8(R, k, A, lda, Bt + j * ldbt, ldbt);
+        for (int r = 0; r < R; r++)
+            for (int l = 0; l < cols; l++) C[r * ldc + j + l] = y[r * cols + l];
+    }
+    for (; j < n; j++)
+        for (int r = 0; r < R; r++) C[r * ldc + j] = braze_dot(k, A + r * lda, Bt + j * ldbt);
 }
 
 /* braze_mm_nt: C = A * Bt^T for B given by its rows' transposes, Bt n x k (row stride
  * ldbt), k a multiple of 8: C[r][j] is a dot product along the contiguous rows of A
- * and Bt, in eight accumulators reduced by braze_v8_sum8: two rows times four columns
- * at a time (each row of Bt loaded serves both), an odd last row eight columns at a
- * time, the columns left over one by one. A chain kernel with few rows (decoding: one
- * query, or a GQA group, per KV head) reads its keys in place this way: packing a key
- * tile transposed for braze_mm costs as much as the GEMM itself when only a few rows
- * use it (decoding at N_kv = 4096, 4 rows per KV head: 320 against 207 us, harness). */
+ * and Bt (braze_dots8): two rows times four columns at a time, an odd last row eight
+ * columns at a time, the columns left over one by one. A chain kernel with few rows
+ * (decoding: one query, or a GQA group, per KV head) reads its keys in place this way:
+ * packing a key tile transposed for braze_mm costs as much as the GEMM itself when only
+ * a few rows use it (decoding at N_kv = 4096, 4 rows per KV head: 320 against 207 us,
+ * harness). */
 static inline void braze_mm_nt(int64_t m, int64_t n, int64_t k, const float *restrict A, int64_t lda,
                                const float *restrict Bt, int64_t ldbt, float *restrict C, int64_t ldc) {
     int64_t r = 0;
-    for (; r + 2 <= m; r += 2) {
-        const float *a = A + r * lda;
-        float *c = C + r * ldc;
-        int64_t j = 0;
-        for (; j + 4 <= n; j += 4) {
-            braze_v8 x[8] = {{0}};
-            for (int64_t p = 0; p < k; p += 8) {
-                const braze_v8 a0 = braze_v8_load(a + p), a1 = braze_v8_load(a + lda + p);
-                for (int l = 0; l < 4; l++) {
-                    const braze_v8 b = braze_v8_load(Bt + (j + l) * ldbt + p);
-                    x[l] += a0 * b;
-                    x[4 + l] += a1 * b;
-                }
-            }
-            const braze_v8 y = braze_v8_sum8(x);
-            for (int l = 0; l < 4; l++) {
-                c[j + l] = y[l];
-                c[ldc + j + l] = y[4 + l];
-            }
-        }
-        for (; j < n; j++) {
-            c[j] = braze_dot(k, a, Bt + j * ldbt);
-            c[ldc + j] = braze_dot(k, a + lda, Bt + j * ldbt);
-        }
-    }
+    for (; r + 4 <= m; r += 4) braze_mm_nt_rows(4, n, k, A + r * lda, lda, Bt, ldbt, C + r * ldc, ldc);
+    for (; r + 2 <= m; r += 2) braze_mm_nt_rows(2, n, k, A + r * lda, lda, Bt, ldbt, C + r * ldc, ldc);
     for (; r < m; r++) {
         const float *a = A + r * lda;
         float *c = C + r * ldc;
         int64_t j = 0;
-        for (; j + 8 <= n; j += 8) {
-            braze_v8 x[8] = {{0}};
-            for (int64_t p = 0; p < k; p += 8) {
-                const braze_v8 av = braze_v8_load(a + p);
-                for (int l = 0; l < 8; l++) x[l] += av * braze_v8_load(Bt + (j + l) * ldbt + p);
-            }
-            braze_v8_store(c + j, braze_v8_sum8(x));
-        }
+        for (; j + 8 <= n; j += 8) braze_v8_store(c + j, braze_dots8(1, k, a, lda, Bt + j * ldbt, ldbt));
         for (; j < n; j++) c[j] = braze_dot(k, a, Bt + j * ldbt);
     }
 }
