@@ -420,8 +420,9 @@ def test_scaled_scores_and_their_max_come_from_the_gemm_where_a_tile_has_no_fill
     """Scores that are the Dot times (or over) a row constant, where a tile has no mask
     fill, are scaled and max-folded by ``braze_mm_scaled_max`` while in registers (no
     loop over the tile for the max); ALiBi's bias varies along the row, so it keeps the
-    loop. Rows of +inf, nan and huge scores in those tiles still give the reference's
-    result, nan where it has nan."""
+    loop. Softmax's sum, which is the sum of the weights, is summed from the tile row
+    they are stored in. Rows of +inf, nan and huge scores in those tiles still give the
+    reference's result, nan where it has nan."""
     fn, hkv = VARIANTS[name]
     q, k, v = _inputs(10, hkv=hkv)
     q[0, 0, 100] *= 1e4  # exp overflows unless the max from the GEMM is the true max
@@ -432,6 +433,7 @@ def test_scaled_scores_and_their_max_come_from_the_gemm_where_a_tile_has_no_fill
     got, ref, st = _run(fn, [q, k, v], monkeypatch)
     assert st["kernel_launches"] == 1, st
     assert any("braze_mm_scaled_max(" in src for src in _chain_sources()) == (name != "alibi")
+    assert any("braze_row_sum(wt" in src for src in _chain_sources())  # softmax's sum: of the weights stored
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)
 

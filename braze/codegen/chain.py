@@ -537,8 +537,14 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                 return fold, xs, w, r.fast or [], stash
 
             def loop(fold: list[str], xs: dict[int, str], w: str | None, checks: list[str], ind: str) -> list[str]:
+                # A sum of the weights themselves (softmax's denominator) is summed from
+                # the tile row they were stored in (braze_row_sum: vector partial sums and
+                # a tree), not by the omp simd reduction, whose lanes gcc adds one by
+                # one: 16 dependent adds per row and tile.
+                from_wt = {i for i in ids if w is not None and xs[i] == w and k.stages[i].op == "sum"}  # type: ignore[union-attr]
                 clauses = "".join(
-                    (f" reduction({_OMP[k.stages[i].op]}:red{i})" if k.stages[i].op in _OMP else "")  # type: ignore[union-attr]
+                    (f" reduction({_OMP[k.stages[i].op]}:red{i})"  # type: ignore[union-attr]
+                     if k.stages[i].op in _OMP and i not in from_wt else "")  # type: ignore[union-attr]
                     + f" reduction(|:rnan{i})" for i in ids)
                 if checks:
                     clauses += f" reduction(min:kmin{n_loop}) reduction(max:kmax{n_loop})"
@@ -554,10 +560,12 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                     assert isinstance(s, ir.Reduce)
                     if s.op in ("amax", "amin"):
                         res.append(f"{ind}    rnan{i} |= ({xs[i]} != {xs[i]});")
-                    res.append(f"{ind}    " + _reduce_update(s.op, f"red{i}", xs[i], s.dtype))
+                    if i not in from_wt:
+                        res.append(f"{ind}    " + _reduce_update(s.op, f"red{i}", xs[i], s.dtype))
                 if w is not None:
                     res.append(f"{ind}    wt[ii * {BK} + jj] = {w};")
                 res.append(f"{ind}}}")
+                res += [f"{ind}red{i} = braze_row_sum(wt + ii * {BK}, nk);" for i in sorted(from_wt)]
                 return res
 
             def init_red(ind: str) -> list[str]:

@@ -146,6 +146,61 @@ static inline braze_vf braze_vf_max(braze_vf a, braze_vf b) {
     return (braze_vf)(((braze_vi)a & m) | ((braze_vi)b & ~m));
 }
 
+/* A vector's lanes folded to eight by +, max or |: the vector itself with 8 floats, its
+ * halves combined with 16 (in registers: through memory, as gcc compiles a memcpy of a
+ * half, every fold stalls on store forwarding). */
+#if BRAZE_VL == 16
+static inline braze_v8 braze_vf_lo(braze_vf x) { return (braze_v8)_mm512_castps512_ps256((__m512)x); }
+static inline braze_v8 braze_vf_hi(braze_vf x) {
+    return (braze_v8)_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd((__m512)x), 1));
+}
+static inline braze_v8 braze_vf_add8(braze_vf x) { return braze_vf_lo(x) + braze_vf_hi(x); }
+static inline braze_v8 braze_vf_max8(braze_vf x) { return braze_v8_max(braze_vf_lo(x), braze_vf_hi(x)); }
+static inline braze_i8 braze_vi_or8(braze_vi x) {
+    return (braze_i8)braze_vf_lo((braze_vf)x) | (braze_i8)braze_vf_hi((braze_vf)x);
+}
+#else
+static inline braze_v8 braze_vf_add8(braze_vf x) { return x; }
+static inline braze_v8 braze_vf_max8(braze_vf x) { return x; }
+static inline braze_i8 braze_vi_or8(braze_vi x) { return x; }
+#endif
+
+/* The sum, the largest (no lane nan) or whether any is nonzero of eight lanes: three
+ * rounds of shuffles, a tree, where a loop over the lanes is eight dependent steps (gcc
+ * adds an omp simd reduction's lanes that way: 16 dependent adds per reduced row). */
+#define BRAZE_SWAP4(h) BRAZE_SHUFFLE8(h, h, 4, 5, 6, 7, 0, 1, 2, 3)
+#define BRAZE_SWAP2(h) BRAZE_SHUFFLE8(h, h, 2, 3, 0, 1, 6, 7, 4, 5)
+#define BRAZE_SWAP1(h) BRAZE_SHUFFLE8(h, h, 1, 0, 3, 2, 5, 4, 7, 6)
+static inline float braze_v8_hsum(braze_v8 h) {
+    h += BRAZE_SWAP4(h);
+    h += BRAZE_SWAP2(h);
+    h += BRAZE_SWAP1(h);
+    return h[0];
+}
+static inline float braze_v8_hmax(braze_v8 h) {
+    h = braze_v8_max(h, BRAZE_SWAP4(h));
+    h = braze_v8_max(h, BRAZE_SWAP2(h));
+    h = braze_v8_max(h, BRAZE_SWAP1(h));
+    return h[0];
+}
+static inline int braze_i8_any(braze_i8 h) {
+    h |= BRAZE_SWAP4(h);
+    h |= BRAZE_SWAP2(h);
+    h |= BRAZE_SWAP1(h);
+    return h[0] != 0;
+}
+
+/* The sum of x[0, n): vector partial sums, then a tree over the lanes. A chain
+ * kernel's sum of the weights it has just stored in a tile row. */
+static inline float braze_row_sum(const float *restrict x, int64_t n) {
+    braze_vf a = {0};
+    int64_t j = 0;
+    for (; j + BRAZE_VL <= n; j += BRAZE_VL) a += braze_vf_load(x + j);
+    float y = braze_v8_hsum(braze_vf_add8(a));
+    for (; j < n; j++) y += x[j];
+    return y;
+}
+
 /* The part of braze_mm_scaled_max past its 6-row blocks: rows below ``done`` have
  * their first nb columns scaled and their first ``covered`` folded into mx and nanf
  * already; the other rows have nothing. Scale, add the bias and fold the rest, eight
@@ -169,12 +224,10 @@ static inline void braze_scaled_max_rest(int64_t m, int64_t n, float *restrict C
             vm = braze_v8_max(y, vm);
             vn |= y != y;
         }
+        const float hv = braze_v8_hmax(vm);
         float v = r < done ? mx[r] : -__builtin_inff();
-        int any = r < done ? nanf[r] : 0;
-        for (int l = 0; l < 8; l++) {
-            v = vm[l] > v ? vm[l] : v;
-            any |= vn[l] != 0;
-        }
+        v = hv > v ? hv : v;
+        int any = (r < done ? nanf[r] : 0) | braze_i8_any(vn);
         for (; j < nv; j++) {
             v = c[j] > v ? c[j] : v;
             any |= c[j] != c[j];
@@ -228,14 +281,8 @@ static inline void braze_mm_scaled_max(int64_t m, int64_t n, int64_t k, const fl
             }
         }
         for (int r = 0; r < 6; r++) {
-            float v = -__builtin_inff();
-            int any = 0;
-            for (int l = 0; l < BRAZE_VL; l++) {
-                v = vm[r][l] > v ? vm[r][l] : v;
-                any |= vn[r][l] != 0;
-            }
-            mx[i + r] = v;
-            nanf[i + r] = any;
+            mx[i + r] = braze_v8_hmax(braze_vf_max8(vm[r]));
+            nanf[i + r] = braze_i8_any(braze_vi_or8(vn[r]));
         }
     }
     /* rows past a multiple of 6, columns past a multiple of BRAZE_NB: braze_mm, then
@@ -261,15 +308,9 @@ static inline braze_v8 braze_v8_sum8(const braze_v8 x[8]) {
 /* Lane l of the result is the sum of x[l]'s lanes, l < 8 (16-float vectors: their
  * halves added first). */
 static inline braze_v8 braze_vf_sum8(const braze_vf x[8]) {
-#if BRAZE_VL == 16
     braze_v8 h[8];
-    for (int l = 0; l < 8; l++)  /* (through memory, gcc's halves stall on store forwarding) */
-        h[l] = (braze_v8)_mm512_castps512_ps256((__m512)x[l])
-             + (braze_v8)_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd((__m512)x[l]), 1));
+    for (int l = 0; l < 8; l++) h[l] = braze_vf_add8(x[l]);
     return braze_v8_sum8(h);
-#else
-    return braze_v8_sum8(x);
-#endif
 }
 
 /* Eight dot products along contiguous rows of k floats (k a multiple of 8): lane
