@@ -179,12 +179,15 @@ _BLAS_SYMBOLS = {
             "openblas_set_num_threads", "MKL_Set_Num_Threads", "bli_thread_set_num_threads"),
     "get": ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads", "openblas_get_num_threads64_",
             "openblas_get_num_threads", "MKL_Get_Max_Threads", "bli_thread_get_num_threads"),
+    "corename": ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename", "openblas_get_corename64_",
+                 "openblas_get_corename"),
 }
 _blas_fns: dict[str, Any] = {}
 
 
 def _blas_fn(kind: str) -> Any:
-    """numpy's BLAS entry point ``kind`` ("set" or "get" the thread count), or None."""
+    """numpy's BLAS entry point ``kind`` ("set" or "get" the thread count, or OpenBLAS's
+    "corename": the kernels it picked for this CPU), or None."""
     if kind not in _blas_fns:
         fn = None
         libdir = Path(np.__file__).resolve().parent.parent / "numpy.libs"

@@ -87,3 +87,13 @@ def test_attention_benchmark_smoke(tmp_path: Path) -> None:
             assert vs[name]["first_call_ms"] > 0
     md = res["markdown"]
     assert "| softmax_16x32 | 1 |" in md and "| prefill_N64_causal |" in md and "peak above inputs" in md
+
+
+def test_peak_benchmark_smoke() -> None:
+    """``python -m bench.peak --smoke``: every row is measured (no speed is asserted)."""
+    proc = subprocess.run([sys.executable, "-m", "bench.peak", "--smoke"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "GFLOP/s" not in line]
+    assert [r.split(" | ")[0][2:].split(" ")[0] for r in rows] == ["fma8", "fma16", "braze_tile", "numpy_sgemm", "numpy"]
+    assert all(float(r.rstrip(" |").split(" | ")[-1]) > 0 for r in rows)
