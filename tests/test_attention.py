@@ -359,21 +359,47 @@ def test_softmax_and_logsumexp_over_long_rows_with_inf_rows(dtype: str, monkeypa
 @pytest.mark.parametrize("heads", [1, 3])
 def test_split_k_decode_with_more_threads_than_rows(heads: int, monkeypatch: Any) -> None:
     """One query row per head and fewer heads than threads: the keys are split into
-    chunks done in parallel and combined with the repair term; same result."""
+    chunks done in parallel and combined with the repair term; same result. (Enough
+    keys that the kernel goes parallel at all: ``PARALLEL_FLOPS``.)"""
+    from braze.codegen.chain import PARALLEL_FLOPS
     from braze.runtime.cpu import get_num_threads, set_num_threads
+    n_kv = 50_000
+    assert 2 * heads * n_kv * 2 * D >= PARALLEL_FLOPS
     rng = np.random.default_rng(8)
-    q, k, v = (rng.standard_normal((1, heads, n, D)).astype(np.float32) for n in (1, 2000, 2000))
+    q, k, v = (rng.standard_normal((1, heads, n, D)).astype(np.float32) for n in (1, n_kv, n_kv))
     k[0, 0, :700] = 0.0
     old = get_num_threads()
     set_num_threads(4)
     try:
         def prog(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:
-            mask = braze.arange(2000)[None, :] >= 300  # the first chunk is fully masked
+            mask = braze.arange(n_kv)[None, :] >= 300  # the first chunk is fully masked
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        plan.clear()
         got, ref, st = _run(prog, [q, k, v], monkeypatch)
     finally:
         set_num_threads(old)
     assert st["kernel_launches"] == 1
+    assert not any("nthreads = 1;" in src for src in _chain_sources())
+    np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)
+
+
+def test_a_small_chain_kernel_runs_on_one_thread(monkeypatch: Any) -> None:
+    """Decoding against a short cache is less work than waking an OpenMP team costs:
+    the kernel stays on the calling thread, whatever the thread count."""
+    from braze.codegen.chain import PARALLEL_FLOPS
+    from braze.runtime.cpu import get_num_threads, set_num_threads
+    q, k, v = _inputs(9, n_q=1, n_kv=500, hkv=HKV)
+    assert 2 * H * 500 * 2 * D < PARALLEL_FLOPS
+    old = get_num_threads()
+    set_num_threads(2)
+    try:
+        plan.clear()
+        got, ref, st = _run(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), [q, k, v],
+                            monkeypatch)
+    finally:
+        set_num_threads(old)
+    assert st["kernel_launches"] == 1
+    assert any("nthreads = 1;" in src for src in _chain_sources())
     np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)
 
 

@@ -47,6 +47,12 @@ from .c import _OMP, Renderer, _passes, converted, _reduce_init, _reduce_update,
 BQ = 48  # rows per task (a multiple of the GEMM tile's 6): each packed B and V tile serves them all
 BK = 96  # row-axis tile: scores, weights and packed tiles are BQ x BK / BK x D / BK x E
 NARROW = 8  # at most this many rows per task: keys are read in place (``braze_mm_nt``)
+#: Below this many FLOPs (the two matmuls) a chain kernel runs on one thread: a parallel
+#: region costs ~20-25 us under braze's passive OpenMP wait policy (its workers sleep;
+#: ``runtime/cpu.py``). Decoding, 4 rows per KV head, 2 KV heads, d = 64, C harness,
+#: 1 -> 2 threads: N_kv = 1024 (2.1 MFLOP) 21.7 -> 29.6 us, 4096 (8.4 MFLOP) 85 -> 69 us,
+#: 16384 426 -> 230 us; break-even near 2048 keys (4.2 MFLOP).
+PARALLEL_FLOPS = 6_000_000
 
 
 def tile_bytes(d: int, e: int) -> int:
@@ -714,6 +720,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         return res
 
     out = lines
+    if 2 * n_batch * rows_per_batch * n * (d + e) < PARALLEL_FLOPS:
+        out.append("    nthreads = 1;  /* too little work to pay for waking the team */")
     # Every block of rows of a batch reads the same key and value tiles: with several
     # blocks, pack them all once (transposed keys; values unless read in place), in
     # parallel, before the main loop.
