@@ -2,8 +2,9 @@
 
 The tiles pick 16-float vectors where the compiler targets AVX-512 and 8-float ones
 otherwise, with different blocks (4-row blocks only with 16), so each width is built
-and checked here: ``-march=native`` and ``-march=native -mno-avx512f`` (on a machine
-without AVX-512 both are the 8-float build). Shapes cover every edge: rows past the
+and checked here, with braze's own compiler flags: ``-march=native`` and
+``-march=native -mno-avx512f`` (on a machine without AVX-512 both are the 8-float
+build). Shapes cover every edge: rows past the
 6-row and 4-row blocks, columns past a block and past a vector, an odd last 8 of k.
 """
 
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from braze.runtime import cpu
 
 HEADER_DIR = Path(__file__).resolve().parent.parent / "braze" / "codegen"
 CC = shutil.which("gcc") or shutil.which("cc")
@@ -35,6 +38,7 @@ void mm_scaled_max(long m, long n, long k, const float *A, long lda, const float
     for (long r = 0; r < m; r++) rows[r] = bias ? bias + r * ldbias : 0;
     braze_mm_scaled_max(m, n, k, A, lda, B, ldb, C, ldc, s, bias ? rows : 0, nv, mx, nanf);
 }
+float row_sum(const float *x, long n) { return braze_row_sum(x, n); }
 void mm_nt(long m, long n, long k, const float *A, long lda, const float *Bt, long ldbt, float *C, long ldc) {
     braze_mm_nt(m, n, k, A, lda, Bt, ldbt, C, ldc);
 }
@@ -48,8 +52,7 @@ def lib(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(request.param)
     (tmp / "driver.c").write_text(DRIVER)
     so = tmp / "driver.so"
-    cmd = [CC, "-O3", "-march=native", *WIDTHS[request.param], "-fopenmp", "-std=gnu11", "-ffp-contract=fast",
-           "-fPIC", "-shared", f"-I{HEADER_DIR}", str(tmp / "driver.c"), "-o", str(so)]
+    cmd = [CC, *cpu.FLAGS, *WIDTHS[request.param], f"-I{HEADER_DIR}", str(tmp / "driver.c"), "-o", str(so)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     lib = ctypes.CDLL(str(so))
@@ -58,6 +61,7 @@ def lib(request, tmp_path_factory):
     lib.mm.argtypes = [L, L, L, P, L, P, L, P, L, ctypes.c_int]
     lib.mm_scaled_max.argtypes = [L, L, L, P, L, P, L, P, L, P, P, L, L, P, P]
     lib.mm_nt.argtypes = [L, L, L, P, L, P, L, P, L]
+    lib.row_sum.argtypes, lib.row_sum.restype = [P, L], ctypes.c_float
     for f in (lib.mm, lib.mm_scaled_max, lib.mm_nt):
         f.restype = None
     lib.width = request.param
@@ -82,7 +86,8 @@ def test_vector_width(lib):
     assert w == (16 if lib.width == "native" and " avx512f" in flags else 8)
 
 
-SHAPES = [(m, n, k) for m in (1, 3, 4, 5, 6, 7, 11, 48) for n in (1, 15, 16, 33, 64, 96, 100) for k in (8, 24, 64)]
+SHAPES = [(m, n, k) for m in (1, 3, 4, 5, 6, 7, 11, 48) for n in (1, 15, 16, 24, 33, 40, 64, 96, 100)
+          for k in (8, 24, 64)]
 
 
 @pytest.mark.parametrize("acc", [0, 1])
@@ -118,15 +123,34 @@ def test_mm_scaled_max(lib, with_bias):
             assert not nanf.any()
 
 
-def test_mm_scaled_max_flags_nan(lib):
+@pytest.mark.parametrize("col", [3, 12, 29, 37])
+def test_mm_scaled_max_flags_nan(lib, col):
+    """A nan score is flagged and passed over by the max wherever it falls: inside the
+    6-row blocks' columns, in either half of a 16-float vector (3, 12, 29), or past them
+    (37); and only in its own row (row 1 inside a block, row 6 past the blocks)."""
     m, n, k = 7, 40, 16
     a, b = np.ones((m, k), np.float32), np.ones((k, n), np.float32)
-    b[3, 37] = np.nan  # column 37: a nan score in every row
-    for nv, flagged in ((n, 1), (37, 0)):
+    b[3, col] = np.nan  # a nan score in column ``col`` of every row
+    for nv in (n, col):
         c, mx, nanf = np.empty((m, n), np.float32), np.empty(m, np.float32), np.empty(m, np.int32)
         lib.mm_scaled_max(m, n, k, _p(a), k, _p(b), n, _p(c), n, None, None, n, nv, _p(mx), _p(nanf))
-        assert (nanf == flagged).all()
+        assert (nanf == int(nv > col)).all(), (nv, nanf)
         np.testing.assert_array_equal(mx, np.full(m, k, np.float32))
+    b[3, col] = 1.0
+    a[[1, 6], 2] = np.nan  # rows 1 and 6: every score nan
+    c, mx, nanf = np.empty((m, n), np.float32), np.empty(m, np.float32), np.empty(m, np.int32)
+    lib.mm_scaled_max(m, n, k, _p(a), k, _p(b), n, _p(c), n, None, None, n, n, _p(mx), _p(nanf))
+    assert list(nanf) == [0, 1, 0, 0, 0, 0, 1]
+    np.testing.assert_array_equal(mx, [k, -np.inf, k, k, k, k, -np.inf])
+
+
+def test_row_sum(lib):
+    rng = np.random.default_rng(4)
+    for n in range(0, 70):
+        x = np.zeros(n + 16, np.float32)
+        x[:n] = _rand(rng, n)
+        x[n:] = np.nan  # past the end: never read
+        assert abs(lib.row_sum(_p(x), n) - x[:n].astype(np.float64).sum()) <= 1e-5 * max(1, n)
 
 
 def test_mm_nt(lib):

@@ -71,7 +71,7 @@ static inline __attribute__((always_inline)) void braze_mm_tile(const int R, con
 }
 
 /* R rows of C (R a literal): blocks of V vectors of columns, then one vector, then
- * single columns. */
+ * (16-float vectors) one 8-float vector, then single columns. */
 static inline __attribute__((always_inline)) void braze_mm_rows(const int R, const int V, int64_t n, int64_t k,
                                                                 const float *restrict A, int64_t lda,
                                                                 const float *restrict B, int64_t ldb,
@@ -79,6 +79,18 @@ static inline __attribute__((always_inline)) void braze_mm_rows(const int R, con
     int64_t j = 0;
     for (; j + V * BRAZE_VL <= n; j += V * BRAZE_VL) braze_mm_tile(R, V, k, A, lda, B + j, ldb, C + j, ldc, acc);
     for (; j + BRAZE_VL <= n; j += BRAZE_VL) braze_mm_tile(R, 1, k, A, lda, B + j, ldb, C + j, ldc, acc);
+#if BRAZE_VL == 16
+    if (j + 8 <= n) {  /* a head dim of 8 mod 16: its last 8 columns as one 8-float vector */
+        braze_v8 x[6];
+        for (int r = 0; r < R; r++) x[r] = acc ? braze_v8_load(C + r * ldc + j) : (braze_v8){0};
+        for (int64_t p = 0; p < k; p++) {
+            const braze_v8 b = braze_v8_load(B + p * ldb + j);
+            for (int r = 0; r < R; r++) x[r] += A[r * lda + p] * b;
+        }
+        for (int r = 0; r < R; r++) braze_v8_store(C + r * ldc + j, x[r]);
+        j += 8;
+    }
+#endif
     for (int r = 0; r < R; r++)
         for (int64_t jj = j; jj < n; jj++) {
             float y = acc ? C[r * ldc + jj] : 0.0f;
