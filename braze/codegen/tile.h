@@ -360,13 +360,13 @@ static inline float braze_dot(int64_t k, const float *restrict a, const float *r
     braze_vf x = {0};
     int64_t p = 0;
     for (; p + BRAZE_VL <= k; p += BRAZE_VL) x += braze_vf_load(a + p) * braze_vf_load(b + p);
-    float y = 0.0f;
-    for (int l = 0; l < BRAZE_VL; l++) y += x[l];
+    float y = braze_v8_hsum(braze_vf_add8(x));
     for (; p < k; p++) y += a[p] * b[p];
     return y;
 }
 
-/* R rows (R = 2 or 4, a literal) of braze_mm_nt: 8 / R columns at a time. */
+/* R rows (R = 1, 2 or 4, a literal) of braze_mm_nt: 8 / R columns at a time, then the
+ * columns left over one by one. */
 static inline __attribute__((always_inline)) void braze_mm_nt_rows(const int R, int64_t n, int64_t k,
                                                                    const float *restrict A, int64_t lda,
                                                                    const float *restrict Bt, int64_t ldbt,
@@ -384,8 +384,8 @@ static inline __attribute__((always_inline)) void braze_mm_nt_rows(const int R, 
 
 /* braze_mm_nt: C = A * Bt^T for B given by its rows' transposes, Bt n x k (row stride
  * ldbt), k a multiple of 8: C[r][j] is a dot product along the contiguous rows of A
- * and Bt (braze_dots8): two rows times four columns at a time, an odd last row eight
- * columns at a time, the columns left over one by one. A chain kernel with few rows
+ * and Bt (braze_dots8): four rows times two columns at a time, then two rows times
+ * four, then one row times eight. A chain kernel with few rows
  * (decoding: one query, or a GQA group, per KV head) reads its keys in place this way:
  * packing a key tile transposed for braze_mm costs as much as the GEMM itself when only
  * a few rows use it (decoding at N_kv = 4096, 4 rows per KV head: 320 against 207 us,
@@ -395,13 +395,7 @@ static inline void braze_mm_nt(int64_t m, int64_t n, int64_t k, const float *res
     int64_t r = 0;
     for (; r + 4 <= m; r += 4) braze_mm_nt_rows(4, n, k, A + r * lda, lda, Bt, ldbt, C + r * ldc, ldc);
     for (; r + 2 <= m; r += 2) braze_mm_nt_rows(2, n, k, A + r * lda, lda, Bt, ldbt, C + r * ldc, ldc);
-    for (; r < m; r++) {
-        const float *a = A + r * lda;
-        float *c = C + r * ldc;
-        int64_t j = 0;
-        for (; j + 8 <= n; j += 8) braze_v8_store(c + j, braze_dots8(1, k, a, lda, Bt + j * ldbt, ldbt));
-        for (; j < n; j++) c[j] = braze_dot(k, a, Bt + j * ldbt);
-    }
+    for (; r < m; r++) braze_mm_nt_rows(1, n, k, A + r * lda, lda, Bt, ldbt, C + r * ldc, ldc);
 }
 
 /* braze_mm_scaled_max with B given as Bt (braze_mm_nt), computing only the first n
