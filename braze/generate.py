@@ -20,8 +20,9 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from .errors import ShapeMismatch
-from .tensor import tensor
+from .capture import StepCapture
+from .errors import IndexOutOfRange, ShapeMismatch
+from .tensor import from_numpy, tensor
 from .tokenizer import Tokenizer
 
 
@@ -78,10 +79,50 @@ class GenerationStats:
         return self.generated_tokens / self.generate_seconds if self.generate_seconds else 0.0
 
 
+class DecodeStep:
+    """One decoding step: the token's logits, the KV caches one position longer.
+
+    The step is the model's own code over a (1, 1) token tensor that stays the same
+    object (the token is written into it), so its recording is the same at every
+    position but for the position itself. With ``capture`` the first steps run as
+    recorded and are watched (``capture.StepCapture``); from then on a step replays
+    their fused plans with the position as a value: no ops are recorded, no Python of
+    the model runs. If the step cannot be captured it keeps running as recorded (and
+    ``reason`` says why)."""
+
+    def __init__(self, model: Any, caches: list[Any], capture: bool = True) -> None:
+        self.model, self.caches = model, caches
+        self.ids = np.zeros((1, 1), np.int64)
+        self.ids_t = from_numpy(self.ids)
+        # a model whose caches do not say their length has no position to capture by
+        self.capture = StepCapture() if capture and caches and hasattr(caches[0], "length") else None
+
+    @property
+    def captured(self) -> bool:
+        return self.capture is not None and self.capture.ready
+
+    def __call__(self, token: int) -> np.ndarray:
+        self.ids[0, 0] = token
+        cap = self.capture
+        if cap is not None and cap.ready:
+            vocab = self.model.config.vocab_size
+            if not 0 <= token < vocab:  # the replay reads the embedding row unchecked
+                raise IndexOutOfRange("embedding", token, vocab, 0)
+            logits = cap.replay(self.caches[0].length)
+            for c in self.caches:
+                c.length += 1
+            return logits
+        if cap is not None and not cap.reason:
+            return cap.observe(self.caches[0].length, lambda: self.model(self.ids_t, self.caches)[0, -1])
+        return self.model(self.ids_t, self.caches)[0, -1].numpy()
+
+
 def generate_ids(model: Any, prompt_ids: Sequence[int], max_tokens: int, sampling: Sampling = Sampling(),
                  eos_ids: frozenset[int] = frozenset(), stats: GenerationStats | None = None,
-                 max_context: int | None = None) -> Iterator[int]:
-    """Yield generated token ids, stopping at EOS (not yielded) or ``max_tokens``."""
+                 max_context: int | None = None, capture: bool = True) -> Iterator[int]:
+    """Yield generated token ids, stopping at EOS (not yielded) or ``max_tokens``.
+    With ``capture`` (the default) the decoding step is captured after its first
+    steps and replayed without recording (``DecodeStep``)."""
     stats = stats if stats is not None else GenerationStats()
     ctx = model.config.context_length if max_context is None else min(max_context, model.config.context_length)
     if not prompt_ids:
@@ -89,6 +130,7 @@ def generate_ids(model: Any, prompt_ids: Sequence[int], max_tokens: int, samplin
     if len(prompt_ids) >= ctx:
         raise ShapeMismatch("generate", [(len(prompt_ids),)], f"the prompt has {len(prompt_ids)} tokens; the context holds {ctx}")
     caches = model.new_cache(min(ctx, len(prompt_ids) + max_tokens))
+    step = DecodeStep(model, caches, capture)
     rng = np.random.default_rng(sampling.seed)
     history = list(prompt_ids)
     stats.prompt_tokens = len(prompt_ids)
@@ -109,7 +151,7 @@ def generate_ids(model: Any, prompt_ids: Sequence[int], max_tokens: int, samplin
         if len(history) >= caches[0].max_len:
             stats.stop_reason = "length" if len(history) < ctx else "context"
             break
-        logits = model(tensor([[nxt]]), caches)[0, -1].numpy()
+        logits = step(nxt)
         stats.generate_seconds = time.perf_counter() - t0
     stats.generate_seconds = time.perf_counter() - t0
 

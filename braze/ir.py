@@ -174,3 +174,21 @@ def uses_inner(e: Expr, n_outer: int) -> bool:
         if isinstance(node, Coord) and node.dim >= n_outer:
             return True
     return False
+
+
+@dataclass(frozen=True)
+class QLinear:
+    """A quantized matmul kernel: ``y = x @ w.T`` with x (m, k) float32 (rows ``lda``
+    floats apart), w (n, k) rows of a GGML type (``qtype``: "Q4_K", "F16" ...; rows
+    ``ldw`` bytes apart), y (m, n) float32 (rows ``ldy`` floats apart). Arguments: x, w, y.
+    Rendered from ``codegen/quant.h``; a step of its own in a plan (no epilogue yet)."""
+
+    qtype: str
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldw: int
+    ldy: int
+    xoff: int = 0  # elements into x's argument (an intermediate's offset; 0 for a tensor given at run time)
+    woff: int = 0  # bytes into w's argument

@@ -539,7 +539,7 @@ def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
                         st.array = memory.allocate(st.dtype.np, st.numel, "kernel")
                 ptrs = (ctypes.c_void_p * len(kstep.args))(*[
                     storages[k].address() if r is None else
-                    storages[k].address() + nodes[r[0]].inputs[r[1]].layout.offset * storages[k].dtype.itemsize
+                    storages[k].address() + storages[k].dtype.nbytes(nodes[r[0]].inputs[r[1]].layout.offset)
                     for k, r in zip(kstep.args, kstep.refs)])
                 COUNTERS["kernel_launches"] += 1
                 step.fn(ptrs, nthreads)
@@ -553,6 +553,25 @@ def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
             storages[k].array = None
         arena = _NO_ARENA  # nor this frame, which the traceback keeps
         raise
+
+
+@dataclass
+class Ran:
+    """One flush as a fused plan ran it (what ``capture`` observes)."""
+
+    plan: Plan
+    nodes: list[Any]
+    storages: list[Any]  # by relative id
+    produced: frozenset[int]  # rel ids the stream's nodes produced
+
+
+#: lists that record every fused flush while a capture observes (``capture.py``)
+observers: list[list[Ran | None]] = []
+
+
+def run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
+    """Run a plan over the given nodes and storages (a captured step's replay)."""
+    _run(plan, nodes, storages)
 
 
 def _finish_before(nodes: Sequence[Any], failed: int) -> None:
@@ -596,6 +615,8 @@ def execute(nodes: "deque[Any]") -> None:
     plan = at.plans.get(live) if at is not None and at.plans is not None else None
     unfused = ""  # why this stream runs on the reference executor instead, if it does
     if plan is None and not cpu.have_compiler():  # it has said so, once
+        if observers:
+            observers[-1].append(None)
         del form
         reference.run(nodes)
         return
@@ -614,6 +635,8 @@ def execute(nodes: "deque[Any]") -> None:
     else:
         COUNTERS["plan_hits"] += 1
     if plan is None:
+        if observers:
+            observers[-1].append(None)  # a capture cannot replay what the reference executor ran
         key_head = unfused.split(" (")[0]
         if key_head not in _warned:
             _warned.add(key_head)
@@ -622,7 +645,10 @@ def execute(nodes: "deque[Any]") -> None:
         reference.run(nodes)
         return
     storages = form.storages
-    _run(plan, list(nodes), storages)
+    ran = list(nodes)
+    _run(plan, ran, storages)
+    if observers:
+        observers[-1].append(Ran(plan, ran, list(storages), frozenset(form.produced)))
     nodes.clear()
     for st in storages:
         if st.producer is not None:

@@ -97,3 +97,18 @@ def strided(array: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...],
     if not writeable and view.flags.writeable:
         view.flags.writeable = False
     return view
+
+
+def block_bytes(array: np.ndarray, dtype: DType, shape: tuple[int, ...], strides: tuple[int, ...],
+                offset: int) -> np.ndarray:
+    """The bytes of a block-quantized view, shaped ``(*shape[:-1], bytes per row)``:
+    rows are whole blocks (the last dim contiguous, offset and row strides at block
+    boundaries, which every op that takes such a tensor checks), so each row's bytes
+    are a contiguous run and the view is zero-copy."""
+    assert dtype.block is not None
+    lead = shape[:-1]
+    row = dtype.nbytes(shape[-1]) if shape else dtype.block[1]
+    if 0 in shape:
+        return np.empty(lead + (row,), np.uint8)
+    return np.ndarray(lead + (row,), np.uint8, buffer=array, offset=dtype.nbytes(offset),
+                      strides=tuple(dtype.nbytes(s) for s in strides[:-1]) + (1,))

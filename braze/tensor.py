@@ -294,6 +294,9 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """A zero-copy numpy view of the data (flushes the stream first)."""
+        if self.dtype.is_block:
+            raise DtypeMismatch("numpy", [self.dtype], "a block-quantized tensor has no numpy element type: "
+                                                       "take .to(braze.float32) (dequantized) first")
         self.realize()
         lay = self._layout
         return strided(self._storage.data(), lay.shape, lay.strides, lay.offset,
@@ -339,6 +342,8 @@ class Tensor:
         return int(self.item())
 
     def __repr__(self) -> str:
+        if self.dtype.is_block:
+            return f"tensor(<{self.dtype.name} blocks, shape={self.shape}>, dtype={self.dtype!r})"
         arr = self.numpy()
         if self.dtype.is_half:
             arr = arr.astype(np.float32)
@@ -383,6 +388,8 @@ class Tensor:
             as_device(device, "to")
         if dtype is None or as_dtype(dtype, "to") is self.dtype:
             return self
+        if self.dtype.is_block:  # dequantized, then cast if another float type is asked for
+            return dequantize(self).to(dtype)
         return _record("cast", [self], dtype=as_dtype(dtype, "to"))
 
     def float(self) -> "Tensor":
@@ -1434,6 +1441,51 @@ def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
         raise RankMismatch("index_select", 1, index.shape)
     _check_index_values("index_select", index, input.shape[d] if input.ndim else 1, d)
     return _record("index_select", [input, index.reshape(-1)], dim=d)
+
+
+def _block_attrs(op: str, w: Tensor) -> dict[str, Any]:
+    """The attributes of an op over a weight kept in its file's type (its GGML type
+    and row width), after checking that a block tensor's view keeps whole blocks."""
+    from .ops.quant import check_block_rows, weight_type
+    check_block_rows(op, w.dtype, w._layout)
+    return {"qtype": weight_type(op, w.dtype).name}
+
+
+def qlinear(x: Tensor, weight: Tensor) -> Tensor:
+    """``x @ weight.T`` for x (M, K) float32 and a weight (N, K) kept in its file's type:
+    a block-quantized dtype (q4_0 ... q6_k), float16 or bfloat16. Compiled as a
+    quantized matmul kernel; the reference dequantizes the weight."""
+    return _record("qlinear", [x, weight], **_block_attrs("qlinear", weight))
+
+
+def qembedding(weight: Tensor, ids: Tensor) -> Tensor:
+    """Rows of a block-quantized table at 1-d ``ids``, dequantized to float32."""
+    if ids.ndim != 1:
+        raise RankMismatch("embedding", 1, ids.shape)
+    _check_index_values("embedding", ids, weight.shape[0] if weight.ndim else 1, 0)
+    return _record("qembedding", [weight, ids], k=weight.shape[-1] if weight.ndim else 0,
+                   **_block_attrs("embedding", weight))
+
+
+def dequantize(input: Tensor) -> Tensor:
+    """A block-quantized tensor's values as float32."""
+    return _record("dequantize", [input], k=input.shape[-1] if input.ndim else 0,
+                   **_block_attrs("dequantize", input))
+
+
+def from_blocks(raw: np.ndarray, dtype: DType, shape: Sequence[int], owner: Any = None) -> Tensor:
+    """A block-quantized tensor over ``raw`` (the uint8 bytes of its blocks, in order),
+    without copying: quantized weights stay in the file's memory map."""
+    shape = tuple(int(n) for n in shape)
+    if not dtype.is_block:
+        raise DtypeMismatch("from_blocks", [dtype], "expects a block-quantized dtype")
+    if not shape or shape[-1] % dtype.block[0]:  # type: ignore[index]
+        raise ShapeMismatch("from_blocks", [shape], f"the last dim must be a multiple of {dtype.block[0]}")  # type: ignore[index]
+    need = dtype.nbytes(prod(shape))
+    if raw.dtype != np.uint8 or raw.ndim != 1 or raw.size != need:
+        raise ShapeMismatch("from_blocks", [shape, raw.shape], f"{dtype.name} {shape} needs {need} bytes as 1-d uint8")
+    return Tensor(Storage(dtype, CPU, need, raw, readonly=not raw.flags.writeable, owner=owner),
+                  Layout.contiguous(shape))
 
 
 def one_hot(input: Tensor, num_classes: int = -1) -> Tensor:

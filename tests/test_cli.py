@@ -29,7 +29,7 @@ def test_info_lists_metadata_tensors_and_quant_types(capsys: Any) -> None:
     out = capsys.readouterr().out
     assert "llama.block_count = 30" in out
     assert "blk.0.attn_q.weight" in out and "Q4_1" in out and "Q8_0" in out
-    assert "dequantises" in out
+    assert "braze.q4_1" in out and "nothing is dequantized at load" in out
 
 
 def test_missing_model_is_a_clear_error(capsys: Any, tmp_path: Any) -> None:

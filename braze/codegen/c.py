@@ -13,7 +13,6 @@ on inf and nan. float64 uses libm.
 from __future__ import annotations
 
 import math
-from importlib import resources
 from pathlib import Path
 from math import prod
 from typing import Any
@@ -21,6 +20,8 @@ from typing import Any
 from .. import dtypes as dt
 from .. import ir
 from ..dtypes import DType
+from . import quant
+from .headers import header
 
 CTYPE = {
     "float32": "float", "float64": "double", "float16": "uint16_t", "bfloat16": "uint16_t",
@@ -157,10 +158,6 @@ static inline void braze_sfence(void) {
 #endif
 }
 """
-
-
-def _header(name: str) -> str:
-    return resources.files("braze.codegen").joinpath(name).read_text()
 
 
 def _const(value: Any, d: DType) -> str:
@@ -621,8 +618,10 @@ def _streams(k: ir.Kernel) -> bool:
     return _footprint(k) >= llc_bytes()
 
 
-def kernel_source(k: ir.Kernel, name: str) -> str:
+def kernel_source(k: ir.Kernel | ir.QLinear, name: str) -> str:
     """The C source of one kernel: ``void name(void **args, int64_t nthreads)``."""
+    if isinstance(k, ir.QLinear):
+        return quant.kernel_source(k, name)
     n_out, n_in = len(k.outer), len(k.inner)
     coords = [f"o{i}" for i in range(n_out)] + [f"i{i}" for i in range(n_in)]
     lines = [f"void {name}(void **args, int64_t nthreads) {{"]
@@ -755,5 +754,6 @@ def _streamed_loop(k: ir.Kernel, coords: list[str], elem: Renderer, ind: str) ->
 
 def module_source(kernel_sources: list[str]) -> str:
     """One C translation unit holding the given kernels' sources."""
-    return "\n".join([_header("cmath.h"), _header("tile.h"), PRELUDE] + kernel_sources) + "\n"
+    return "\n".join([header("cmath.h"), header("tile.h"), PRELUDE, quant.instantiations(kernel_sources)]
+                     + kernel_sources) + "\n"
 

@@ -1,9 +1,10 @@
 """A prefix-scoped weight builder: module paths to tensor names, as Candle's VarBuilder.
 
 ``vb.pp("blk").pp(3).get("attn_q.weight")`` fetches ``blk.3.attn_q.weight`` from the
-file, checks its shape, and hands it out as a braze tensor: zero-copy over the file's
-memory map for float tensors; quantized GGUF tensors are dequantised to float32 here
-(a later issue keeps them quantized for quantized matmul kernels).
+file, checks its shape, and hands it out as a braze tensor, zero-copy over the file's
+memory map: float tensors in their own type, quantized GGUF tensors in their blocks
+(a block dtype such as ``q4_k``), read only by the quantized matmul and embedding
+kernels. Loading a model reads no weight bytes; the pages come in as kernels touch them.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import Any, Callable, Iterable, Protocol
 import numpy as np
 
 from ..errors import MissingWeight, ShapeMismatch
-from ..runtime import memory
-from ..tensor import Tensor, from_numpy
+from ..quant import DTYPES, BlockTensor
+from ..tensor import Tensor, from_blocks, from_numpy
 
 
 class WeightSource(Protocol):
@@ -27,7 +28,7 @@ class WeightSource(Protocol):
 
 
 class GGUFWeights:
-    """Tensors of a GGUF file; quantized ones dequantised to float32 on load."""
+    """Tensors of a GGUF file; quantized ones stay in their blocks."""
 
     def __init__(self, gguf: Any) -> None:
         self.file = gguf
@@ -41,8 +42,8 @@ class GGUFWeights:
 
     def load(self, name: str) -> Tensor:
         data = self.file.tensor(name)
-        if not isinstance(data, np.ndarray):
-            data = memory.adopt(self.file.dequantize(name))  # braze's memory now, not the file's
+        if isinstance(data, BlockTensor):
+            return from_blocks(data.raw, DTYPES[data.qtype], data.shape, owner=self.file)
         return from_numpy(data)
 
 

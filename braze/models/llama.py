@@ -119,8 +119,8 @@ class Llama(Module):
 
     @classmethod
     def from_gguf(cls, gguf: Any, progress: Callable[[str], None] | None = None) -> "Llama":
-        """Build from an open ``braze.io.GGUFFile``; quantized tensors are dequantised to
-        float32 at load (quantized kernels come in a later issue)."""
+        """Build from an open ``braze.io.GGUFFile``; quantized tensors stay in their blocks
+        (block dtypes, memory-mapped), which ``nn.Linear`` hands to the quantized matmul."""
         vb = WeightBuilder(GGUFWeights(gguf), on_load=progress)
         embed = Embedding.from_weights(vb.get("token_embd.weight"))
         c = LlamaConfig.from_gguf(str(gguf.path), gguf.metadata, embed.num_embeddings)

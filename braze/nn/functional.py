@@ -19,6 +19,8 @@ from ..tensor import (
     gelu,
     index_select,
     pad,
+    qembedding,
+    qlinear,
     relu,
     silu,
     softmax,
@@ -31,16 +33,23 @@ __all__ = ["linear", "embedding", "rms_norm", "layer_norm", "scaled_dot_product_
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``x @ weight.T + bias`` with leading dims flattened, so BLAS sees one 2-D
-    product over the transposed weight view (no copy of the weight)."""
+    """``x @ weight.T + bias`` with leading dims flattened, so the product is one 2-D
+    matmul over the transposed weight view (no copy of the weight). A weight kept in
+    its file's type (block-quantized, or half beside float32 activations) goes to the
+    quantized matmul kernel, which reads it where it is."""
     lead = x.shape[:-1]
-    out = x.reshape(-1, x.shape[-1]) @ weight.T
+    if weight.dtype.is_block or (weight.dtype.is_half and x.dtype is dt.float32):
+        out = qlinear(x.reshape(-1, x.shape[-1]), weight)
+    else:
+        out = x.reshape(-1, x.shape[-1]) @ weight.T
     if bias is not None:
         out = out + bias
     return out.reshape(lead + (weight.shape[0],))
 
 
 def embedding(ids: Tensor, weight: Tensor) -> Tensor:
+    if weight.dtype.is_block:
+        return qembedding(weight, ids.reshape(-1)).reshape(ids.shape + (weight.shape[1],))
     return index_select(weight, 0, ids.reshape(-1)).reshape(ids.shape + (weight.shape[1],))
 
 

@@ -3,11 +3,13 @@
 from braze.quant.dequant import SUPPORTED_DEQUANT, dequantize
 from braze.quant.formats import (
     BLOCK_DTYPES,
+    DTYPES,
     PLAIN_DTYPES,
     QK_K,
     TYPE_SIZES,
     GGMLType,
     block_size,
+    ggml_type,
     is_quantized,
     row_nbytes,
     type_size,
@@ -16,6 +18,7 @@ from braze.quant.tensor import BlockTensor
 
 __all__ = [
     "BLOCK_DTYPES",
+    "DTYPES",
     "PLAIN_DTYPES",
     "QK_K",
     "SUPPORTED_DEQUANT",
@@ -24,6 +27,7 @@ __all__ = [
     "GGMLType",
     "block_size",
     "dequantize",
+    "ggml_type",
     "is_quantized",
     "row_nbytes",
     "type_size",

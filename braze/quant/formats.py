@@ -14,6 +14,9 @@ from enum import IntEnum
 import ml_dtypes
 import numpy as np
 
+from .. import dtypes as dt
+from ..dtypes import DType
+
 QK_K = 256
 """Elements per super-block of the K-quants."""
 
@@ -135,3 +138,18 @@ def row_nbytes(qtype: GGMLType, n_elements: int) -> int:
             f"{n_elements} elements is not a multiple of the {GGMLType(qtype).name} block size {bs}"
         )
     return n_elements // bs * ts
+
+
+# The braze dtype a tensor of each GGML type has: quantized types stay in their blocks
+# (a block dtype named like the type, "q4_k"), plain types are their element type.
+DTYPES: dict[GGMLType, DType] = {
+    **{t: dt.block_dtype(t.name.lower(), *TYPE_SIZES[t]) for t in BLOCK_DTYPES},
+    GGMLType.F32: dt.float32, GGMLType.F16: dt.float16, GGMLType.BF16: dt.bfloat16, GGMLType.F64: dt.float64,
+    GGMLType.I8: dt.int8, GGMLType.I16: dt.int16, GGMLType.I32: dt.int32, GGMLType.I64: dt.int64,
+}
+_BY_DTYPE: dict[str, GGMLType] = {d.name: t for t, d in DTYPES.items() if d.is_block}
+
+
+def ggml_type(dtype: DType) -> GGMLType:
+    """The GGML type of a block dtype."""
+    return _BY_DTYPE[dtype.name]

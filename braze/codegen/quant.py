@@ -1,0 +1,62 @@
+"""The quantized matmul kernel's C: one table entry per GGML type.
+
+``codegen/quant.h`` holds the kernels, written once for every type: each type brings
+an unpack function (a block to unsigned 8-bit values with a scale and offset per
+chunk) or, for float types, a row converter. This table says which macro instantiates
+a type and with what geometry; a new quant type is an unpack function there and an
+entry here.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .. import ir
+from .headers import header
+
+# GGML type -> the instantiation: BRAZE_QLINEAR(name, elements per block, bytes per
+# block, elements per scale chunk, int8) for the quantized types, BRAZE_FLINEAR(name)
+# for the float ones. int8 = 1: decoding quantizes x to int8 blocks and takes integer
+# dot products (VNNI); 0: the weights are dequantized in registers against float x.
+# Chosen per type by measurement (bench/RESULTS.md, "Quantized matmul kernels").
+QTYPES: dict[str, str] = {
+    "Q4_0": "BRAZE_QLINEAR(q4_0, 32, 18, 32, {int8})",
+    "Q4_1": "BRAZE_QLINEAR(q4_1, 32, 20, 32, {int8})",
+    "Q5_0": "BRAZE_QLINEAR(q5_0, 32, 22, 32, {int8})",
+    "Q5_1": "BRAZE_QLINEAR(q5_1, 32, 24, 32, {int8})",
+    "Q8_0": "BRAZE_QLINEAR(q8_0, 32, 34, 32, {int8})",
+    "Q2_K": "BRAZE_QLINEAR(q2_k, 256, 84, 16, {int8})",
+    "Q3_K": "BRAZE_QLINEAR(q3_k, 256, 110, 16, {int8})",
+    "Q4_K": "BRAZE_QLINEAR(q4_k, 256, 144, 32, {int8})",
+    "Q5_K": "BRAZE_QLINEAR(q5_k, 256, 176, 32, {int8})",
+    "Q6_K": "BRAZE_QLINEAR(q6_k, 256, 210, 16, {int8})",
+    "F32": "BRAZE_FLINEAR(f32)",
+    "F16": "BRAZE_FLINEAR(f16)",
+    "BF16": "BRAZE_FLINEAR(bf16)",
+}
+# types whose decoding takes the int8 path (none measured faster yet: see above)
+INT8: frozenset[str] = frozenset({"Q4_0", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"})
+
+_CALL = re.compile(r"braze_qlinear_(\w+)\(")
+
+
+def supported(qtype: str) -> bool:
+    return qtype in QTYPES
+
+
+def kernel_source(k: ir.QLinear, name: str) -> str:
+    """``void name(void **args, int64_t nthreads)``: x, w, y from the argument list."""
+    fn = f"braze_qlinear_{k.qtype.lower()}"
+    return (f"void {name}(void **args, int64_t nthreads) {{\n"
+            f"    {fn}({k.m}, {k.n}, {k.k}, (const float *)args[0] + {k.xoff}, {k.lda}, (const uint8_t *)args[1] + {k.woff},\n"
+            f"        {k.ldw},"
+            f" (float *)args[2], {k.ldy}, nthreads);\n}}\n")
+
+
+def instantiations(kernel_sources: list[str]) -> str:
+    """quant.h and the instantiation of each type the kernels call, or "" if none does."""
+    used = {m for src in kernel_sources for m in _CALL.findall(src)}
+    if not used:
+        return ""
+    lines = [QTYPES[q].format(int8=int(q in INT8)) for q in QTYPES if q.lower() in used]
+    return "\n".join([header("quant.h"), *lines])

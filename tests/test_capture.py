@@ -1,0 +1,85 @@
+"""The captured decoding step: the same tokens as recording every step, with no ops
+recorded once it is captured; steps that cannot be captured keep running as recorded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import braze
+from braze.capture import StepCapture
+from braze.generate import DecodeStep, generate_ids
+from braze.stream import fusion_enabled
+
+
+def test_greedy_tokens_are_identical_with_and_without_capture(smollm: Any) -> None:
+    ids = smollm.tokenizer.encode("The capital of France is")
+    captured = list(generate_ids(smollm.model, ids, 20, capture=True))
+    recorded = list(generate_ids(smollm.model, ids, 20, capture=False))
+    assert captured == recorded
+
+
+def test_a_captured_step_records_nothing_and_matches_the_recorded_logits(smollm: Any) -> None:
+    model = smollm.model
+    prompt = smollm.tokenizer.encode("Once upon a time")
+    caches = model.new_cache(64)
+    model(braze.tensor([prompt]), caches, last_only=True).numpy()
+    twin = model.new_cache(64)
+    model(braze.tensor([prompt]), twin, last_only=True).numpy()
+    step, plain = DecodeStep(model, caches), DecodeStep(model, twin, capture=False)
+    tokens = [5, 17, 900, 3, 3, 44, 12, 7, 2000, 31]
+    for i, tok in enumerate(tokens):
+        before = braze.stats()
+        got = step(tok).copy()
+        after = braze.stats()
+        want = plain(tok)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        if step.captured and i >= 4:
+            assert after["nodes_recorded"] == before["nodes_recorded"]
+            assert after["flushes"] == before["flushes"]
+    assert caches[0].length == twin[0].length == len(prompt) + len(tokens)
+    if fusion_enabled():
+        assert step.captured, step.capture.reason if step.capture else "no capture"
+    else:
+        assert not step.captured and step.capture is not None and "reference" in step.capture.reason
+
+
+def test_a_token_outside_the_vocabulary_is_refused_in_a_replay(smollm: Any) -> None:
+    if not fusion_enabled():
+        pytest.skip("the fused executor only: nothing is captured on the reference executor")
+    model = smollm.model
+    caches = model.new_cache(16)
+    model(braze.tensor([[1, 2]]), caches, last_only=True).numpy()
+    step = DecodeStep(model, caches)
+    for tok in range(1, 8):
+        step(tok)
+    assert step.captured
+    with pytest.raises(braze.IndexOutOfRange):
+        step(model.config.vocab_size)
+
+
+def test_a_step_that_is_not_affine_in_the_position_is_not_captured() -> None:
+    """A scalar that grows as the square of the position cannot be replayed by its
+    first two differences: the capture says so and the caller keeps recording."""
+    if not fusion_enabled():
+        pytest.skip("the fused executor only")
+    x = braze.randn(4, 8)
+    cap = StepCapture()
+    for pos in range(3 * 3):
+        out = cap.observe(pos, lambda: x * float(pos * pos) + 1)
+        np.testing.assert_allclose(out, x.numpy() * pos * pos + 1, rtol=1e-6)
+    assert not cap.ready and "affine" in cap.reason
+
+
+def test_an_affine_step_replays_new_positions() -> None:
+    if not fusion_enabled():
+        pytest.skip("the fused executor only")
+    table = braze.randn(32, 8)
+    cap = StepCapture()
+    for pos in range(3):  # (+ 100.5: a scalar equal to the 2.0 would be one storage, another program)
+        cap.observe(pos, lambda: table[pos:pos + 1] * 2.0 + (pos + 100.5))
+    assert cap.ready, cap.reason
+    for pos in (3, 10, 31):
+        np.testing.assert_allclose(cap.replay(pos), table.numpy()[pos:pos + 1] * 2 + pos + 100.5, rtol=1e-6)

@@ -1,0 +1,175 @@
+"""Weights in their GGML blocks: the quantized matmul kernel, embedding rows and
+dequantization, against the numpy dequantizer and a float64 matmul.
+
+Random blocks of every type (scales set to finite float16 values, every other byte
+random), rows not a multiple of the vector width, few rows (decoding: the matrix-vector
+path) and many (prefill: the GEMM path), views at offsets, extreme scales, and the
+real model's tensors. The suite runs fused and with BRAZE_FUSION=0, so both the
+compiled kernel and the reference executor are checked against float64.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import braze
+from braze import plan as planmod
+from braze.codegen import quant as qk
+from braze.nn import functional as F
+from braze.stream import fusion_enabled
+from braze.errors import DtypeMismatch, IndexOutOfRange, ShapeMismatch
+from braze.quant import BLOCK_DTYPES, DTYPES, GGMLType, dequantize
+from braze.tensor import dequantize as bdequantize
+from braze.tensor import from_blocks, from_numpy, qembedding, qlinear
+
+QUANT = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0,
+         GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]
+SCALES = ("d", "m", "dmin")
+
+
+def random_blocks(qtype: GGMLType, n: int, k: int, rng: np.random.Generator, scale: float = 0.05) -> np.ndarray:
+    """Raw bytes of an (n, k) tensor of ``qtype``: random quants, finite float16 scales."""
+    bdt = BLOCK_DTYPES[qtype]
+    nb = n * k // (32 if qtype.name[-2:] not in ("_K",) else 256)
+    raw = rng.integers(0, 256, nb * bdt.itemsize, dtype=np.uint8)
+    blocks = raw.view(bdt)
+    for f in SCALES:
+        if f in bdt.names:
+            blocks[f] = (rng.uniform(0.2, 1.0, nb) * scale * rng.choice([-1, 1], nb)).astype(np.float16)
+    return raw
+
+
+def weight(qtype: GGMLType, n: int, k: int, seed: int = 0, scale: float = 0.05) -> tuple[braze.Tensor, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    raw = random_blocks(qtype, n, k, rng, scale)
+    return from_blocks(raw, DTYPES[qtype], (n, k)), dequantize(raw, qtype, (n, k)).astype(np.float64)
+
+
+def int8_path(qtype: str, m: int) -> bool:
+    return qtype in qk.INT8 and m <= 8
+
+
+def tolerance(w: np.ndarray, x: np.ndarray, int8: bool) -> np.ndarray:
+    """Per output element: float32 rounding over the sum, plus (int8 path) the error of
+    rounding x to int8 in blocks of 32: at most half a step, max|x_block| / 254."""
+    tol = 1e-5 * (np.abs(x) @ np.abs(w).T) + 1e-6
+    if int8:
+        step = np.repeat(np.abs(x).reshape(x.shape[0], -1, 32).max(-1) / 127.0, 32, axis=1)
+        tol = tol + (0.5 * step) @ np.abs(w).T * 1.001
+    return tol
+
+
+def check(y: np.ndarray, w: np.ndarray, x: np.ndarray, qtype: str) -> None:
+    ref = x.astype(np.float64) @ w.T
+    err = np.abs(y - ref)
+    tol = tolerance(w, x.astype(np.float64), int8_path(qtype, x.shape[0]) and fusion_enabled())
+    assert np.all(np.isfinite(y))
+    worst = np.unravel_index(np.argmax(err - tol), err.shape)
+    assert np.all(err <= tol), f"{qtype}: error {err[worst]} > {tol[worst]} at {worst}"
+
+
+@pytest.mark.parametrize("qtype", QUANT, ids=lambda t: t.name)
+@pytest.mark.parametrize("m", [1, 3, 8, 9, 37])
+def test_qlinear_matches_float64(qtype: GGMLType, m: int) -> None:
+    k = 512 if qtype.name.endswith("_K") else 96
+    w, wf = weight(qtype, 37, k, seed=m)  # 37 rows: not a multiple of 4, nor of a vector
+    x = np.random.default_rng(100 + m).standard_normal((m, k)).astype(np.float32)
+    check(qlinear(from_numpy(x), w).numpy(), wf, x, qtype.name)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("m", [1, 5, 40])
+def test_half_weights_beside_float32_activations(dtype: str, m: int) -> None:
+    rng = np.random.default_rng(m)
+    wf = rng.standard_normal((29, 70)).astype(np.float32)
+    w = braze.tensor(wf).to(dtype)
+    x = rng.standard_normal((m, 70)).astype(np.float32)
+    y = F.linear(from_numpy(x), w).numpy()
+    check(y, w.to("float32").numpy().astype(np.float64), x, dtype)
+
+
+@pytest.mark.parametrize("qtype", [GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("scale", [6e4, 1e-7])
+def test_extreme_scales(qtype: GGMLType, scale: float) -> None:
+    """Scales near float16's largest and in its subnormals stay finite and accurate."""
+    k = 256
+    w, wf = weight(qtype, 11, k, seed=3, scale=scale)
+    x = (np.random.default_rng(4).standard_normal((2, k)) * (1e-3 if scale > 1 else 1e3)).astype(np.float32)
+    check(qlinear(from_numpy(x), w).numpy(), wf, x, qtype.name)
+
+
+def test_views_at_offsets_read_the_right_rows() -> None:
+    """Row slices of the weight (a block-aligned offset) and of x (an offset given at run
+    time, different each call) read what they name, and replay one plan."""
+    w, wf = weight(GGMLType.Q4_K, 40, 256, seed=5)
+    xs = np.random.default_rng(6).standard_normal((9, 256)).astype(np.float32)
+    xt = from_numpy(xs)
+    for start in (0, 2, 5):
+        y = qlinear(xt[start:start + 3], w[7:30]).numpy()
+        check(y, wf[7:30], xs[start:start + 3], "Q4_K")
+
+
+def test_a_view_that_splits_blocks_is_refused() -> None:
+    w, _ = weight(GGMLType.Q4_0, 8, 64)
+    with pytest.raises(ShapeMismatch, match="whole blocks"):
+        qlinear(braze.randn(1, 32), w[:, 16:48])
+    with pytest.raises(ShapeMismatch):
+        qlinear(braze.randn(1, 32), w)  # K disagrees
+
+
+def test_bad_operands_are_typed_errors() -> None:
+    w, _ = weight(GGMLType.Q4_0, 8, 64)
+    with pytest.raises(DtypeMismatch, match="float32"):
+        qlinear(braze.randn(1, 64).to("float16"), w)
+    with pytest.raises(DtypeMismatch, match="numpy"):
+        w.numpy()
+    with pytest.raises(DtypeMismatch):
+        w + 1  # element-wise ops do not take blocks
+    assert "q4_0" in repr(w)
+
+
+def test_embedding_rows_and_dequantize() -> None:
+    w, wf = weight(GGMLType.Q6_K, 50, 256, seed=7)
+    ids = braze.tensor([3, 0, 49, 3])
+    np.testing.assert_array_equal(qembedding(w, ids).numpy(), wf[[3, 0, 49, 3]].astype(np.float32))
+    np.testing.assert_array_equal(bdequantize(w).numpy(), wf.astype(np.float32))
+    np.testing.assert_array_equal(w[10:12].to("float32").numpy(), wf[10:12].astype(np.float32))
+    with pytest.raises(IndexOutOfRange):
+        qembedding(w, braze.tensor([50]))
+
+
+def test_fused_qlinear_is_a_kernel_not_an_extern_step(monkeypatch: Any) -> None:
+    if not fusion_enabled():
+        pytest.skip("the fused executor only (BRAZE_FUSION=0 runs the reference)")
+    w, wf = weight(GGMLType.Q5_1, 16, 64, seed=8)
+    x = np.random.default_rng(9).standard_normal((2, 64)).astype(np.float32)
+    planmod.clear()
+    y = (qlinear(from_numpy(x), w) + 1).numpy()
+    check(y - 1, wf, x, "Q5_1")
+    kinds = [type(s.step.kernel).__name__ for p in planmod.stored_plans() for s in p.steps
+             if not isinstance(s, planmod.ExternStep)]
+    assert "QLinear" in kinds, kinds
+
+
+@pytest.mark.parametrize("name", ["blk.0.ffn_up.weight", "blk.0.ffn_down.weight", "token_embd.weight"])
+@pytest.mark.parametrize("m", [1, 16])
+def test_real_model_tensors(smollm: Any, name: str, m: int) -> None:
+    from braze.io.gguf import GGUFFile
+    g = GGUFFile(smollm.path)
+    bt = g.tensor(name)
+    w = from_blocks(bt.raw, DTYPES[bt.qtype], bt.shape)
+    rows = slice(0, 512) if name == "token_embd.weight" else slice(None)  # the vocabulary: a slice is enough
+    wf = bt.dequantize()[rows].astype(np.float64)
+    x = np.random.default_rng(m).standard_normal((m, bt.shape[1])).astype(np.float32)
+    check(qlinear(from_numpy(x), w[rows]).numpy(), wf, x, bt.qtype.name)
+
+
+def test_model_weights_stay_quantized(smollm: Any) -> None:
+    """Loading keeps every quantized tensor in its blocks, over the file's map."""
+    blk = smollm.model.blocks[0]
+    assert blk.mlp.up.weight.dtype.name == "q4_1"
+    assert smollm.model.embed.weight.dtype.name == "q8_0"
+    assert blk.attn_norm.weight.dtype is braze.float32
