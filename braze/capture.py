@@ -26,13 +26,16 @@ collector is paused during a replay, and after the first nothing is allocated.
 
 from __future__ import annotations
 
+import ctypes
 import gc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
 from . import plan as planmod
+from .runtime import cpu, memory, reference
+from .stats import COUNTERS
 from .layout import Layout
 from .storage import Storage, strided
 from .stream import Node, Operand
@@ -59,6 +62,12 @@ class _Segment:
     moving: dict[int, list[_Moving]]  # node index -> its operands that move
     swap: dict[int, Storage]  # id(observed storage) -> private copy
     values: list[tuple[np.ndarray, np.ndarray, np.ndarray]]  # (private array, first value, per position)
+    #: per plan step: a kernel's function, its argument array (built once) and the
+    #: arguments that move ((index, storage address, first offset in bytes, bytes per
+    #: position); an address -1 - k: storage k's, made by an extern step each run); or
+    #: an extern step's node index
+    steps: list[tuple[Any, Any, list[tuple[int, int, int, int]]] | int] = field(default_factory=list)
+    arena: np.ndarray | None = None  # the plan's arena, held for the capture's life
 
 
 class StepCapture:
@@ -106,15 +115,23 @@ class StepCapture:
         enabled = gc.isenabled()
         gc.disable()
         try:
+            nthreads = cpu.get_num_threads()
             for seg in self.segments:
                 for arr, v0, dv in seg.values:
                     arr[...] = v0 + dv * t
-                nodes = seg.nodes
-                if seg.moving:
-                    nodes = list(nodes)
-                    for i, moves in seg.moving.items():
-                        nodes[i] = _moved(nodes[i], moves, t, seg.swap)
-                planmod.run(seg.plan, nodes, seg.storages)
+                for step in seg.steps:
+                    if isinstance(step, int):  # an extern step: its node, moved
+                        node = seg.nodes[step]
+                        moves = seg.moving.get(step)
+                        reference.run_node(node if moves is None else _moved(node, moves, t, seg.swap))
+                        continue
+                    fn, ptrs, moving = step
+                    for j, address, off, delta in moving:
+                        if address < 0:  # an extern step's result, made this run
+                            address = seg.storages[-1 - address].address()
+                        ptrs[j] = address + off + delta * t
+                    COUNTERS["kernel_launches"] += 1
+                    fn(ptrs, nthreads)
         finally:
             if enabled:
                 gc.enable()
@@ -139,6 +156,8 @@ class StepCapture:
             if isinstance(seg, str):
                 return seg
             segments.append(seg)
+        for seg in segments:
+            _prepare(seg)
         self.segments, self.first = segments, p0
         self.out = (out_a._storage, out_a._layout)
         return ""
@@ -196,3 +215,43 @@ def _moved(node: Node, moves: list[_Moving], t: int, swap: dict[int, Storage]) -
         lay = ops[m.operand].layout
         ops[m.operand] = Operand(ops[m.operand].storage, Layout(lay.shape, lay.strides, m.offset + m.delta * t))
     return Node(node.op, tuple(ins), tuple(outs), node.attrs)
+
+
+def _prepare(seg: _Segment) -> None:
+    """Bind the plan's buffers once (its arena held by the capture, its outputs
+    allocated) and build each kernel's argument array, so that a replay only writes
+    the moving pointers and calls. Extern steps run their node through the reference
+    executor, as in ``plan.run``."""
+    plan, storages, nodes = seg.plan, seg.storages, seg.nodes
+    if plan.offsets:
+        seg.arena = memory.arena(plan.arena_bytes)
+        base = seg.arena.ctypes.data
+        for k, off in plan.offsets.items():
+            st = storages[k]
+            st.bind(seg.arena[off:off + st.numel * st.dtype.itemsize].view(st.dtype.np), base + off)
+    for i, step in enumerate(plan.steps):
+        if isinstance(step, planmod.ExternStep):
+            seg.steps.append(step.node)
+            continue
+        kstep = step.step
+        for k in kstep.outputs:
+            st = storages[k]
+            if st.array is None:
+                st.array = memory.allocate(st.dtype.np, st.numel, "kernel")
+        ptrs = (ctypes.c_void_p * len(kstep.args))()
+        moving = []
+        for j, (k, r) in enumerate(zip(kstep.args, kstep.refs)):
+            st = storages[k]
+            if st.array is None:  # an extern step's result: a new array every run
+                moving.append((j, -1 - k, 0, 0))
+                continue
+            if r is None:
+                ptrs[j] = st.address()
+                continue
+            lay = nodes[r[0]].inputs[r[1]].layout
+            move = next((m for m in seg.moving.get(r[0], []) if not m.outputs and m.operand == r[1]), None)
+            if move is None:
+                ptrs[j] = st.address() + st.dtype.nbytes(lay.offset)
+            else:
+                moving.append((j, st.address(), st.dtype.nbytes(move.offset), st.dtype.nbytes(move.delta)))
+        seg.steps.append((step.fn, ptrs, moving))

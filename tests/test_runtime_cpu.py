@@ -300,9 +300,12 @@ def test_wait_policy_default_respects_the_user(tmp_path: Path) -> None:
     import os
     from braze.runtime import cpu
     cpu.compile_c("void f(void) {}", ["f"])
-    print(os.environ.get("OMP_WAIT_POLICY"))
+    print(os.environ.get("OMP_WAIT_POLICY"), os.environ.get("GOMP_SPINCOUNT"))
     """
     env = _child_env(tmp_path / "c")
     env.pop("OMP_WAIT_POLICY", None)
-    assert _python(code, env).stdout.split() == ["passive"]
-    assert _python(code, {**env, "OMP_WAIT_POLICY": "active"}).stdout.split() == ["active"]
+    env.pop("GOMP_SPINCOUNT", None)
+    # a short spin, then sleep (see runtime/cpu.py); a user's policy or spin count wins
+    assert _python(code, env).stdout.split() == ["None", "30000"]
+    assert _python(code, {**env, "OMP_WAIT_POLICY": "active"}).stdout.split() == ["active", "None"]
+    assert _python(code, {**env, "GOMP_SPINCOUNT": "5"}).stdout.split() == ["None", "5"]

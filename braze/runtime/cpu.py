@@ -369,7 +369,18 @@ def _remove(*paths: Path) -> None:
 #
 # libgomp reads OMP_WAIT_POLICY once, when it is loaded, which is when the first kernel
 # library is dlopened; braze sets it just before that, unless the user already has.
-_OMP_DEFAULTS: dict[str, str] = {"OMP_WAIT_POLICY": "passive"}
+#
+# Revisited with the captured decoding step (bench/RESULTS.md, "Quantized inference"),
+# on the same machine while no other tenant was busy (load ~1): a captured step
+# launches its ~500 kernels back to back, and a short spin catches the next launch
+# where a passive team sleeps and pays the wake-up each time. SmolLM2 decoding at 2
+# threads took 22.5 ms a step passive and 13.0 with GOMP_SPINCOUNT=30000 (1 thread:
+# 17.0 / 17.2); prefill of 128 tokens 560 / 610 tok/s. So braze now spins briefly
+# (30k iterations, tens of microseconds) and then sleeps. On an oversubscribed
+# machine (the table above: a busy-looping neighbour, or the test suite's two
+# processes on two cores) passive is still better; ``make test`` sets it, and a
+# user's OMP_WAIT_POLICY or GOMP_SPINCOUNT is respected.
+_OMP_DEFAULTS: dict[str, str] = {"GOMP_SPINCOUNT": "30000"}
 _omp_configured = False
 
 
@@ -378,6 +389,8 @@ def _configure_openmp() -> None:
     if _omp_configured:
         return
     _omp_configured = True
+    if "OMP_WAIT_POLICY" in os.environ:  # the user chose a policy: the spin count is theirs too
+        return
     for name, value in _OMP_DEFAULTS.items():
         os.environ.setdefault(name, value)
 
