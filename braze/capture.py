@@ -9,7 +9,7 @@ by comparing the three runs, and must be affine in the position:
 
 - offsets into tensors that exist before the flush (the rotary table's row, the KV
   cache's write position): each run's operand layouts are compared; a kernel gets its
-  pointer from the layout (``KernelStep.refs``) and an extern step reads through it;
+  pointer from the layout (``KernelStep.refs``);
 - scalars (``arange(n) < length``: the mask's length is a 0-d constant): values
   compared; the replay writes them into private copies.
 
@@ -19,9 +19,13 @@ which the replay reuses. A step that does not fit (the plans differ, a value is 
 affine in the position, a flush ran on the reference executor) is not captured: the
 caller keeps calling the function, and ``reason`` says why.
 
-The replay returns the step's output array as a view of the same buffer every time
-(as a CUDA graph's static outputs): read it before the next replay. The garbage
-collector is paused during a replay, and after the first nothing is allocated.
+A replay is one call into compiled code (``braze_replay``, below): it writes the
+moving pointers and scalars, then calls every kernel of the step in order, over
+argument arrays built once and the plans' arenas held by the capture; so a step whose
+plans have an extern step (numpy between kernels) is not captured. The replay returns
+the step's output array as a view of the same buffer every time (as a CUDA graph's
+static outputs): read it before the next replay. The garbage collector is paused
+during a replay, and nothing is allocated.
 """
 
 from __future__ import annotations
@@ -34,11 +38,11 @@ from typing import Any, Callable
 import numpy as np
 
 from . import plan as planmod
-from .runtime import cpu, memory, reference
-from .stats import COUNTERS
 from .layout import Layout
+from .runtime import cpu, memory
+from .stats import COUNTERS
 from .storage import Storage, strided
-from .stream import Node, Operand
+from .stream import Node
 from .tensor import Tensor
 
 OBSERVATIONS = 3  # positions p, p + 1, p + 2: two differences, so affinity is checked, not assumed
@@ -60,7 +64,6 @@ class _Segment:
     nodes: list[Node]
     storages: list[Any]
     moving: dict[int, list[_Moving]]  # node index -> its operands that move
-    swap: dict[int, Storage]  # id(observed storage) -> private copy
     values: list[tuple[np.ndarray, np.ndarray, np.ndarray]]  # (private array, first value, per position)
     #: per plan step: a kernel's function, its argument array (built once) and the
     #: arguments that move ((index, storage address, first offset in bytes, bytes per
@@ -79,6 +82,7 @@ class StepCapture:
         self.segments: list[_Segment] | None = None
         self.out: tuple[Storage, Layout] | None = None
         self.first = 0
+        self.driver: _Driver | None = None
         self.reason = ""
         self.attempts = 0
 
@@ -115,23 +119,9 @@ class StepCapture:
         enabled = gc.isenabled()
         gc.disable()
         try:
-            nthreads = cpu.get_num_threads()
-            for seg in self.segments:
-                for arr, v0, dv in seg.values:
-                    arr[...] = v0 + dv * t
-                for step in seg.steps:
-                    if isinstance(step, int):  # an extern step: its node, moved
-                        node = seg.nodes[step]
-                        moves = seg.moving.get(step)
-                        reference.run_node(node if moves is None else _moved(node, moves, t, seg.swap))
-                        continue
-                    fn, ptrs, moving = step
-                    for j, address, off, delta in moving:
-                        if address < 0:  # an extern step's result, made this run
-                            address = seg.storages[-1 - address].address()
-                        ptrs[j] = address + off + delta * t
-                    COUNTERS["kernel_launches"] += 1
-                    fn(ptrs, nthreads)
+            driver = self.driver
+            assert driver is not None
+            driver.run(t, cpu.get_num_threads())
         finally:
             if enabled:
                 gc.enable()
@@ -158,6 +148,14 @@ class StepCapture:
             segments.append(seg)
         for seg in segments:
             _prepare(seg)
+        why = next((f"an extern step ({seg.nodes[st].op.name})" for seg in segments for st in seg.steps
+                    if isinstance(st, int)), "")
+        if why:
+            return f"{why} is not compiled code: the step cannot be one call"
+        try:
+            self.driver = _Driver(segments)
+        except ValueError as e:
+            return str(e)
         self.segments, self.first = segments, p0
         self.out = (out_a._storage, out_a._layout)
         return ""
@@ -165,7 +163,6 @@ class StepCapture:
 
 def _segment(a: Any, b: Any, c: Any, made: list[set[int]]) -> _Segment | str:
     """One flush of the step, from its three observations."""
-    swap: dict[int, Storage] = {}
     values = []
     storages = list(a.storages)
     for k, (sa, sb, sc) in enumerate(zip(a.storages, b.storages, c.storages)):
@@ -183,7 +180,6 @@ def _segment(a: Any, b: Any, c: Any, made: list[set[int]]) -> _Segment | str:
             return f"an input of the step ({sa.dtype.name} of {va.size}) is not affine in the position"
         copy = va.copy()
         private = Storage(sa.dtype, sa.device, sa.numel, copy)
-        swap[id(sa)] = private
         storages[k] = private
         values.append((copy, va.copy(), dv))
     for run, s in zip(made, (a, b, c)):
@@ -199,29 +195,16 @@ def _segment(a: Any, b: Any, c: Any, made: list[set[int]]) -> _Segment | str:
                 if lb.offset - la.offset != lc.offset - lb.offset:
                     return f"{na.op.name}: an operand's offset is not affine in the position"
                 moves.append(_Moving(i, outputs, j, la.offset, lb.offset - la.offset))
-        swapped = any(id(o.storage) in swap for o in (*na.inputs, *na.outputs))
-        if moves or swapped:
+        if moves:
             moving[i] = moves
-    return _Segment(a.plan, a.nodes, storages, moving, swap, values)
-
-
-def _moved(node: Node, moves: list[_Moving], t: int, swap: dict[int, Storage]) -> Node:
-    """``node`` at ``t`` positions past the first observation: moving operands shifted,
-    swapped storages replaced by their private copies."""
-    ins = [Operand(swap.get(id(o.storage), o.storage), o.layout) for o in node.inputs]
-    outs = [Operand(swap.get(id(o.storage), o.storage), o.layout) for o in node.outputs]
-    for m in moves:
-        ops = outs if m.outputs else ins
-        lay = ops[m.operand].layout
-        ops[m.operand] = Operand(ops[m.operand].storage, Layout(lay.shape, lay.strides, m.offset + m.delta * t))
-    return Node(node.op, tuple(ins), tuple(outs), node.attrs)
+    return _Segment(a.plan, a.nodes, storages, moving, values)
 
 
 def _prepare(seg: _Segment) -> None:
     """Bind the plan's buffers once (its arena held by the capture, its outputs
     allocated) and build each kernel's argument array, so that a replay only writes
-    the moving pointers and calls. Extern steps run their node through the reference
-    executor, as in ``plan.run``."""
+    the moving pointers and calls. An extern step is kept as its node index (the
+    capture then refuses the step: it would not be one call)."""
     plan, storages, nodes = seg.plan, seg.storages, seg.nodes
     if plan.offsets:
         seg.arena = memory.arena(plan.arena_bytes)
@@ -248,10 +231,88 @@ def _prepare(seg: _Segment) -> None:
             if r is None:
                 ptrs[j] = st.address()
                 continue
-            lay = nodes[r[0]].inputs[r[1]].layout
-            move = next((m for m in seg.moving.get(r[0], []) if not m.outputs and m.operand == r[1]), None)
+            lay = planmod.operand(nodes[r[0]], r[1]).layout
+            out, j_op = r[1] < 0, (-1 - r[1] if r[1] < 0 else r[1])
+            move = next((m for m in seg.moving.get(r[0], []) if m.outputs == out and m.operand == j_op), None)
             if move is None:
                 ptrs[j] = st.address() + st.dtype.nbytes(lay.offset)
             else:
                 moving.append((j, st.address(), st.dtype.nbytes(move.offset), st.dtype.nbytes(move.delta)))
         seg.steps.append((step.fn, ptrs, moving))
+
+
+# One call runs a captured step: every kernel in order, after writing the pointers and
+# scalars that move with the position (t positions past the first observation).
+_DRIVER = r"""
+#include <stdint.h>
+typedef void (*braze_kernel)(void **args, int64_t nthreads);
+void braze_replay(int64_t n, braze_kernel *fns, void ***argvs, int64_t nthreads,
+                  int64_t nmov, void **slots[], const int64_t *base, const int64_t *delta,
+                  int64_t nval, void *const *vals, const int64_t *kind, const double *v0, const double *dv,
+                  int64_t t) {
+    for (int64_t i = 0; i < nval; i++) {
+        double v = v0[i] + dv[i] * (double)t;
+        switch (kind[i]) {
+            case 0: *(int64_t *)vals[i] = (int64_t)v; break;
+            case 1: *(int32_t *)vals[i] = (int32_t)v; break;
+            case 2: *(float *)vals[i] = (float)v; break;
+            default: *(double *)vals[i] = v; break;
+        }
+    }
+    for (int64_t i = 0; i < nmov; i++) *slots[i] = (void *)(intptr_t)(base[i] + delta[i] * t);
+    for (int64_t i = 0; i < n; i++) fns[i](argvs[i], nthreads);
+}
+"""
+_KINDS = {np.dtype(np.int64): 0, np.dtype(np.int32): 1, np.dtype(np.float32): 2, np.dtype(np.float64): 3}
+
+
+class _Driver:
+    """A captured step as the arrays ``braze_replay`` walks: built once."""
+
+    def __init__(self, segments: list[_Segment]) -> None:
+        fns, argvs, slots, base, delta = [], [], [], [], []
+        vals, kinds, v0, dv = [], [], [], []
+        ptr_size = ctypes.sizeof(ctypes.c_void_p)
+        self.keep: list[Any] = []  # every array the C side points into
+        for seg in segments:
+            for arr, first, step in seg.values:
+                if arr.size != 1 or arr.dtype not in _KINDS:
+                    raise ValueError("a moving scalar must be one int32/int64/float32/float64")
+                vals.append(arr.ctypes.data)
+                kinds.append(_KINDS[arr.dtype])
+                v0.append(float(first.reshape(-1)[0]))
+                dv.append(float(step.reshape(-1)[0]))
+                self.keep.append(arr)
+            for st in seg.steps:
+                assert not isinstance(st, int)
+                fn, ptrs, moving = st
+                fns.append(ctypes.cast(fn, ctypes.c_void_p).value)
+                argvs.append(ctypes.addressof(ptrs))
+                self.keep.append(ptrs)
+                for j, address, off, d in moving:
+                    if address < 0:
+                        raise ValueError("an argument is made anew by every run: the step cannot be one call")
+                    slots.append(ctypes.addressof(ptrs) + j * ptr_size)
+                    base.append(address + off)
+                    delta.append(d)
+        self.n = len(fns)
+        c_ptrs = ctypes.c_void_p * max(1, len(fns))
+        self.fns, self.argvs = c_ptrs(*fns), c_ptrs(*argvs)
+        self.slots = (ctypes.c_void_p * max(1, len(slots)))(*slots)
+        self.base = (ctypes.c_int64 * max(1, len(base)))(*base)
+        self.delta = (ctypes.c_int64 * max(1, len(delta)))(*delta)
+        self.nmov = len(slots)
+        self.vals = (ctypes.c_void_p * max(1, len(vals)))(*vals)
+        self.kinds = (ctypes.c_int64 * max(1, len(kinds)))(*kinds)
+        self.v0 = (ctypes.c_double * max(1, len(v0)))(*v0)
+        self.dv = (ctypes.c_double * max(1, len(dv)))(*dv)
+        self.nval = len(vals)
+        self.fn = cpu.compile_c(_DRIVER, ["braze_replay"]).function(
+            "braze_replay", ["ptr", "ptr", "ptr", "i64", "i64", "ptr", "ptr", "ptr", "i64", "ptr", "ptr", "ptr",
+                             "ptr", "i64"])
+
+    def run(self, t: int, nthreads: int) -> None:
+        COUNTERS["kernel_launches"] += self.n
+        COUNTERS["c_calls"] += 1
+        self.fn(self.n, self.fns, self.argvs, nthreads, self.nmov, self.slots, self.base, self.delta,
+                self.nval, self.vals, self.kinds, self.v0, self.dv, t)

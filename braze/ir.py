@@ -192,3 +192,18 @@ class QLinear:
     ldy: int
     xoff: int = 0  # elements into x's argument (an intermediate's offset; 0 for a tensor given at run time)
     woff: int = 0  # bytes into w's argument
+
+
+@dataclass(frozen=True)
+class QRows:
+    """Rows of a table kept in its file's type at token ids, as float32: ``out[i, :] =
+    w[ids[i], :]`` for ``n`` ids (int64 or int32: ``ids64``), rows ``ldw`` bytes apart,
+    ``rows`` of them (an id outside gives a row of nan, never a read outside the table;
+    the recording and the reference check ids first). Arguments: w, ids, out."""
+
+    qtype: str
+    n: int
+    k: int
+    ldw: int
+    rows: int
+    ids64: bool

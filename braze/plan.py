@@ -539,9 +539,10 @@ def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
                         st.array = memory.allocate(st.dtype.np, st.numel, "kernel")
                 ptrs = (ctypes.c_void_p * len(kstep.args))(*[
                     storages[k].address() if r is None else
-                    storages[k].address() + storages[k].dtype.nbytes(nodes[r[0]].inputs[r[1]].layout.offset)
+                    storages[k].address() + storages[k].dtype.nbytes(operand(nodes[r[0]], r[1]).layout.offset)
                     for k, r in zip(kstep.args, kstep.refs)])
                 COUNTERS["kernel_launches"] += 1
+                COUNTERS["c_calls"] += 1
                 step.fn(ptrs, nthreads)
             for k in plan.release[i]:
                 storages[k].array = None
@@ -553,6 +554,11 @@ def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
             storages[k].array = None
         arena = _NO_ARENA  # nor this frame, which the traceback keeps
         raise
+
+
+def operand(node: Any, j: int) -> Any:
+    """A kernel ref's operand: input ``j``, or for -1 the node's output."""
+    return node.inputs[j] if j >= 0 else node.outputs[-1 - j]
 
 
 @dataclass

@@ -11,6 +11,7 @@ COUNTERS: dict[str, int] = dict(
     nodes_recorded=0,
     flushes=0,
     kernel_launches=0,
+    c_calls=0,  # calls from Python into compiled code (a kernel launch, or one captured step's replay)
     kernels_compiled=0,
     allocations=0,
     pool_hits=0,

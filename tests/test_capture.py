@@ -37,8 +37,12 @@ def test_a_captured_step_records_nothing_and_matches_the_recorded_logits(smollm:
         want = plain(tok)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         if step.captured and i >= 4:
+            # one call into compiled code, nothing recorded, flushed or allocated
             assert after["nodes_recorded"] == before["nodes_recorded"]
             assert after["flushes"] == before["flushes"]
+            assert after["c_calls"] == before["c_calls"] + 1
+            assert after["allocations"] == before["allocations"]
+            assert after["kernel_launches"] > before["kernel_launches"] + 100
     assert caches[0].length == twin[0].length == len(prompt) + len(tokens)
     if fusion_enabled():
         assert step.captured, step.capture.reason if step.capture else "no capture"

@@ -618,9 +618,9 @@ def _streams(k: ir.Kernel) -> bool:
     return _footprint(k) >= llc_bytes()
 
 
-def kernel_source(k: ir.Kernel | ir.QLinear, name: str) -> str:
+def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str) -> str:
     """The C source of one kernel: ``void name(void **args, int64_t nthreads)``."""
-    if isinstance(k, ir.QLinear):
+    if isinstance(k, (ir.QLinear, ir.QRows)):
         return quant.kernel_source(k, name)
     n_out, n_in = len(k.outer), len(k.inner)
     coords = [f"o{i}" for i in range(n_out)] + [f"i{i}" for i in range(n_in)]

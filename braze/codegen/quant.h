@@ -344,6 +344,17 @@ static void braze_qlinear_gemm(int64_t m, int64_t n, int64_t k, const float *x, 
     }
 }
 
+/* Embedding rows at token ids, dequantized; an id outside the table gives nan (the
+ * recording and the reference executor check ids; this never reads outside). */
+static void braze_qrows(int64_t n, const void *ids, int ids64, const uint8_t *w, int64_t ldw, int64_t rows,
+                        int64_t k, float *out, braze_rowf_fn rowf) {
+    for (int64_t i = 0; i < n; i++) {
+        int64_t id = ids64 ? ((const int64_t *)ids)[i] : ((const int32_t *)ids)[i];
+        if (id < 0 || id >= rows) { for (int64_t j = 0; j < k; j++) out[i * k + j] = NAN; continue; }
+        rowf(w + id * ldw, k, out + i * k);
+    }
+}
+
 /* A quantized type's kernel: integer matrix-vector for few rows, GEMM for many. */
 #define BRAZE_QLINEAR(T, BS, TS, CH, INT8)                                                                      \
 static void braze_rowf_##T(const uint8_t *w, int64_t k, float *out) {                                        \

@@ -37,15 +37,21 @@ QTYPES: dict[str, str] = {
 # types whose decoding takes the int8 path (none measured faster yet: see above)
 INT8: frozenset[str] = frozenset({"Q4_0", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"})
 
-_CALL = re.compile(r"braze_qlinear_(\w+)\(")
+QUANTIZED = frozenset(q for q, line in QTYPES.items() if "QLINEAR" in line)
+_CALL = re.compile(r"braze_(?:qlinear|rowf|row)_(\w+)\b")
 
 
 def supported(qtype: str) -> bool:
     return qtype in QTYPES
 
 
-def kernel_source(k: ir.QLinear, name: str) -> str:
-    """``void name(void **args, int64_t nthreads)``: x, w, y from the argument list."""
+def kernel_source(k: ir.QLinear | ir.QRows, name: str) -> str:
+    """``void name(void **args, int64_t nthreads)``: x, w, y (or w, ids, out) from the argument list."""
+    if isinstance(k, ir.QRows):
+        row = f"braze_rowf_{k.qtype.lower()}" if k.qtype in QUANTIZED else f"braze_row_{k.qtype.lower()}"
+        return (f"void {name}(void **args, int64_t nthreads) {{\n    (void)nthreads;\n"
+                f"    braze_qrows({k.n}, args[1], {int(k.ids64)}, (const uint8_t *)args[0], {k.ldw}, {k.rows}, {k.k},\n"
+                f"        (float *)args[2], {row});\n}}\n")
     fn = f"braze_qlinear_{k.qtype.lower()}"
     return (f"void {name}(void **args, int64_t nthreads) {{\n"
             f"    {fn}({k.m}, {k.n}, {k.k}, (const float *)args[0] + {k.xoff}, {k.lda}, (const uint8_t *)args[1] + {k.woff},\n"

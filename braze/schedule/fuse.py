@@ -92,12 +92,13 @@ class Group:
 
 @dataclass
 class KernelStep:
-    kernel: ir.Kernel | ir.QLinear
+    kernel: ir.Kernel | ir.QLinear | ir.QRows
     args: list[Key]  # storage of each kernel argument
     outputs: list[Key]  # storages this kernel produces (to allocate)
     nodes: list[int]
     #: per argument, the (node, input) whose layout offset is added to its pointer at run
-    #: time (reads of tensors that exist before the flush), or None
+    #: time (tensors that exist before the flush), or None; input -1 is the node's
+    #: output (an in-place write's target)
     refs: list[tuple[int, int] | None] = field(default_factory=list)
 
 
@@ -159,6 +160,10 @@ class Scheduler:
             if node.op.name == "cat" and self.cat(i, node):
                 continue
             if node.op.name == "qlinear" and self.qlinear(i, node):
+                continue
+            if node.op.name == "assign" and self.assign(i, node):
+                continue
+            if node.op.name == "qembedding" and self.qrows(i, node):
                 continue
             if node.op.inplace or lower is None:
                 if lower is None and not node.op.inplace:
@@ -267,6 +272,50 @@ class Scheduler:
         ky = self.key(y.storage)
         self.materialized.add(ky)
         self.steps.append(KernelStep(kernel, [self.key(x.storage), self.key(w.storage), ky], [ky], [i], ref + [None]))
+        return True
+
+    def qrows(self, i: int, node: Any) -> bool:
+        """Embedding rows of a table in its file's type: a kernel step, when the ids
+        exist before the flush (so the recording has checked them)."""
+        (w, ids), out = node.inputs, node.outputs[0]
+        if ids.storage.array is None or not quant_kernels.supported(node.attrs["qtype"]) \
+                or ids.layout.strides not in ((1,), (0,)) and ids.layout.shape[0] > 1:
+            return False
+        self.extern(i, node)
+        self.steps.pop()
+        wd = w.storage.dtype
+        kernel = ir.QRows(node.attrs["qtype"], ids.layout.shape[0], w.layout.shape[1], wd.nbytes(w.layout.strides[0]),
+                          w.layout.shape[0], ids.storage.dtype.itemsize == 8)
+        ko = self.key(out.storage)
+        self.materialized.add(ko)
+        self.steps.append(KernelStep(kernel, [self.key(w.storage), self.key(ids.storage), ko], [ko], [i],
+                                     [(i, 0), (i, 1), None]))
+        return True
+
+    def assign(self, i: int, node: Any) -> bool:
+        """An in-place copy (``x[i] = v``, a KV cache write) into another storage of
+        the same dtype: a copy kernel of its own, after every open group closes (as an
+        extern write does). The target's offset is given at run time (``refs`` names
+        the output operand as -1), so a write at a moving position replays one plan."""
+        (src,), (dst,) = node.inputs, node.outputs
+        shape = dst.layout.shape
+        if (src.storage is dst.storage or src.layout.shape != shape or not shape or prod(shape) == 0
+                or src.storage.dtype is not dst.storage.dtype or dst.storage.array is None):
+            return False
+        self.extern(i, node)  # closes every open group; marks the source stored
+        self.steps.pop()
+        nd = len(shape)
+        dims = tuple(range(nd))
+        si = affine(src.layout, dims, nd)
+        di = affine(dst.layout, dims, nd)
+        src_ref = None if src.storage.array is None else (i, 0)
+        if src_ref is not None:
+            si = ir.Affine(0, si.coeffs)
+        di = ir.Affine(0, di.coeffs)
+        d = dst.storage.dtype
+        kernel = ir.Kernel(shape[:-1], shape[-1:], [ir.Store(1, di, ir.Load(0, si, d))], [(d, False), (d, True)])
+        self.steps.append(KernelStep(kernel, [self.key(src.storage), self.key(dst.storage)], [], [i],
+                                     [src_ref, (i, -1)]))
         return True
 
     # -- placing a lowerable node ------------------------------------------------------
