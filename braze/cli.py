@@ -126,7 +126,7 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as e:
         print(f"braze: cannot read {args.file}: {e}", file=sys.stderr)
         return 1
-    loaded = load_llm(args.model)
+    loaded = load_llm(args.model, dequantize=args.dequantize)
     n_tokens = len(loaded.tokenizer.encode(text, add_special_tokens=True, parse_special=False))
     wins = windows(n_tokens, args.ctx, args.stride)
     n = len(wins) if args.chunks is None else min(len(wins), max(args.chunks, 1))
@@ -265,6 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--batch-tokens", type=int, default=None,
                     help="run each chunk through the model in pieces of this many tokens (default: the whole chunk)")
     pp.add_argument("--chunks", type=int, default=None, help="score only the first N chunks")
+    pp.add_argument("--dequantize", action="store_true",
+                    help="load every weight as float32 (the baseline the quantized kernels are compared with)")
     pp.set_defaults(func=cmd_perplexity)
     i = sub.add_parser("info", help="describe a model file")
     i.add_argument("file")

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import MissingWeight, ShapeMismatch
 from ..quant import DTYPES, BlockTensor
+from ..runtime import memory
 from ..tensor import Tensor, from_blocks, from_numpy
 
 
@@ -28,11 +29,14 @@ class WeightSource(Protocol):
 
 
 class GGUFWeights:
-    """Tensors of a GGUF file; quantized ones stay in their blocks."""
+    """Tensors of a GGUF file; quantized ones stay in their blocks, or with
+    ``dequantize`` (the float32 baseline the quantized kernels are compared with) are
+    dequantized to float32, as are half ones."""
 
-    def __init__(self, gguf: Any) -> None:
+    def __init__(self, gguf: Any, dequantize: bool = False) -> None:
         self.file = gguf
         self.path = str(gguf.path)
+        self.dequantize = dequantize
 
     def names(self) -> Iterable[str]:
         return self.file.tensors.keys()
@@ -42,6 +46,8 @@ class GGUFWeights:
 
     def load(self, name: str) -> Tensor:
         data = self.file.tensor(name)
+        if self.dequantize and (isinstance(data, BlockTensor) or data.dtype != np.float32):
+            return from_numpy(memory.adopt(np.ascontiguousarray(self.file.dequantize(name), np.float32)))
         if isinstance(data, BlockTensor):
             return from_blocks(data.raw, DTYPES[data.qtype], data.shape, owner=self.file)
         return from_numpy(data)

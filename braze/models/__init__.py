@@ -60,8 +60,9 @@ def _progress(total: int, desc: str) -> Any:
     return tqdm(total=total, desc=desc, unit="tensor", delay=1.0, leave=False)
 
 
-def load_llm(path: str | Path | None = None) -> Loaded:
-    """A Llama-family model and its tokenizer from a GGUF file (default: SmolLM2)."""
+def load_llm(path: str | Path | None = None, dequantize: bool = False) -> Loaded:
+    """A Llama-family model and its tokenizer from a GGUF file (default: SmolLM2);
+    ``dequantize`` loads every weight as float32 instead of in its file's type."""
     from ..io.gguf import GGUFFile
     from .llama import Llama
     p = Path(path) if path is not None else default_llm_path()
@@ -71,7 +72,7 @@ def load_llm(path: str | Path | None = None) -> Loaded:
     f = GGUFFile(p)
     tok = Tokenizer.from_gguf_metadata(f.metadata)
     with _progress(len(f.tensors), f"loading {p.name}") as bar:
-        model = Llama.from_gguf(f, progress=lambda name: bar.update())
+        model = Llama.from_gguf(f, progress=lambda name: bar.update(), dequantize=dequantize)
     return Loaded(model, tok, p, time.perf_counter() - t0, f)
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from ..errors import FormatError, Unsupported
 from ..io.weights import GGUFWeights, WeightBuilder
 from ..nn import Attention, Embedding, KVCache, Linear, Module, ModuleList, RMSNorm, RotaryEmbedding, SwiGLU
+from ..dtypes import float32
 from ..tensor import Tensor
 
 INTERLEAVED_ROPE = {"llama": True, "mistral": True, "qwen2": False}
@@ -111,6 +112,8 @@ class Llama(Module):
         """Logits (B, T, vocab) for token ids (B, T); with ``last_only`` just the last
         position's, which is all that generation needs from a prompt."""
         x = self.embed(ids)
+        if x.dtype is not float32:  # a half embedding table: the residual stream is float32
+            x = x.float()
         for i, block in enumerate(self.blocks):
             x = block(x, caches[i] if caches is not None else None)
         if last_only:
@@ -118,10 +121,11 @@ class Llama(Module):
         return self.output(self.norm(x))
 
     @classmethod
-    def from_gguf(cls, gguf: Any, progress: Callable[[str], None] | None = None) -> "Llama":
+    def from_gguf(cls, gguf: Any, progress: Callable[[str], None] | None = None, dequantize: bool = False) -> "Llama":
         """Build from an open ``braze.io.GGUFFile``; quantized tensors stay in their blocks
-        (block dtypes, memory-mapped), which ``nn.Linear`` hands to the quantized matmul."""
-        vb = WeightBuilder(GGUFWeights(gguf), on_load=progress)
+        (block dtypes, memory-mapped), which ``nn.Linear`` hands to the quantized matmul;
+        with ``dequantize`` every weight is float32 (the baseline for fidelity checks)."""
+        vb = WeightBuilder(GGUFWeights(gguf, dequantize), on_load=progress)
         embed = Embedding.from_weights(vb.get("token_embd.weight"))
         c = LlamaConfig.from_gguf(str(gguf.path), gguf.metadata, embed.num_embeddings)
         hd = c.head_dim
