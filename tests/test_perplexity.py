@@ -106,7 +106,7 @@ def test_cli_prints_running_and_final_perplexity(smollm: Any, short_text: str, t
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     import braze.models
     from braze.cli import main
-    monkeypatch.setattr(braze.models, "load_llm", lambda path=None: smollm)  # no second load
+    monkeypatch.setattr(braze.models, "load_llm", lambda path=None, dequantize=False: smollm)  # no second load
     f = tmp_path / "text.txt"
     f.write_text(short_text, encoding="utf-8")
     assert main(["perplexity", str(f), "--ctx", str(CTX)]) == 0

@@ -48,16 +48,18 @@ def weight(qtype: GGMLType, n: int, k: int, seed: int = 0, scale: float = 0.05) 
     return from_blocks(raw, DTYPES[qtype], (n, k)), dequantize(raw, qtype, (n, k)).astype(np.float64)
 
 
-def int8_path(qtype: str, m: int) -> bool:
-    return qtype in qk.INT8 and m <= 8
+def levels(qtype: str, m: int) -> int:
+    """The integer range x is rounded to for this type's decoding dot (0: x stays float)."""
+    mode = qk.MODE.get(qtype, 0) if m <= 8 else 0
+    return {0: 0, 1: 127, 2: 32767}[mode]
 
 
-def tolerance(w: np.ndarray, x: np.ndarray, int8: bool) -> np.ndarray:
-    """Per output element: float32 rounding over the sum, plus (int8 path) the error of
-    rounding x to int8 in blocks of 32: at most half a step, max|x_block| / 254."""
+def tolerance(w: np.ndarray, x: np.ndarray, top: int) -> np.ndarray:
+    """Per output element: float32 rounding over the sum, plus (integer dots) the error
+    of rounding x to integers in blocks of 32: at most half a step, max|x_block| / top / 2."""
     tol = 1e-5 * (np.abs(x) @ np.abs(w).T) + 1e-6
-    if int8:
-        step = np.repeat(np.abs(x).reshape(x.shape[0], -1, 32).max(-1) / 127.0, 32, axis=1)
+    if top:
+        step = np.repeat(np.abs(x).reshape(x.shape[0], -1, 32).max(-1) / top, 32, axis=1)
         tol = tol + (0.5 * step) @ np.abs(w).T * 1.001
     return tol
 
@@ -65,7 +67,7 @@ def tolerance(w: np.ndarray, x: np.ndarray, int8: bool) -> np.ndarray:
 def check(y: np.ndarray, w: np.ndarray, x: np.ndarray, qtype: str) -> None:
     ref = x.astype(np.float64) @ w.T
     err = np.abs(y - ref)
-    tol = tolerance(w, x.astype(np.float64), int8_path(qtype, x.shape[0]) and fusion_enabled())
+    tol = tolerance(w, x.astype(np.float64), levels(qtype, x.shape[0]) if fusion_enabled() else 0)
     assert np.all(np.isfinite(y))
     worst = np.unravel_index(np.argmax(err - tol), err.shape)
     assert np.all(err <= tol), f"{qtype}: error {err[worst]} > {tol[worst]} at {worst}"

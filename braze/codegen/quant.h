@@ -192,15 +192,20 @@ static inline void braze_row_bf16(const uint8_t *w, int64_t k, float *out) {
 
 /* ---- activations: x row -> int8 blocks of 32 (scale dx), float sums per 16 -------- */
 
-typedef struct { int8_t *q; float *d; float *sum16; } braze_xq;
+/* the scale of a block of 32 x values rounded to integers in [-top, top]; its inverse */
+static inline float braze_block_scale(const float *xb, float top, float *inv) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++) { float a = fabsf(xb[i]); amax = a > amax ? a : amax; }
+    float dd = amax / top;
+    *inv = dd != 0.0f ? 1.0f / dd : 0.0f;
+    return dd;
+}
 
 static inline void braze_quantize_row(const float *x, int64_t k, int8_t *q, float *d, float *sum16) {
     for (int64_t b = 0; b < k / 32; b++) {
         const float *xb = x + 32 * b;
-        float amax = 0.0f;
-        for (int i = 0; i < 32; i++) { float a = fabsf(xb[i]); amax = a > amax ? a : amax; }
-        float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
-        d[b] = dd;
+        float id;
+        d[b] = braze_block_scale(xb, 127.0f, &id);
         for (int i = 0; i < 32; i++) q[32 * b + i] = (int8_t)lrintf(xb[i] * id);
         float s0 = 0.0f, s1 = 0.0f;
         for (int i = 0; i < 16; i++) { s0 += xb[i]; s1 += xb[16 + i]; }
@@ -292,6 +297,51 @@ static inline void braze_sum16(const float *x, int64_t k, float *sum16) {
     }
 }
 
+/* x row -> int16 in blocks of 32 (scale dx = max|x| / 32767: a 256th of int8's
+ * rounding, so the dot is as close to float32's as float32's own summation order) */
+static inline void braze_quantize_row16(const float *x, int64_t k, int16_t *q, float *d) {
+    for (int64_t b = 0; b < k / 32; b++) {
+        const float *xb = x + 32 * b;
+        float id;
+        d[b] = braze_block_scale(xb, 32767.0f, &id);
+        for (int i = 0; i < 32; i++) q[32 * b + i] = (int16_t)lrintf(xb[i] * id);
+    }
+}
+
+/* One block of W against int16 x: q (zero-extended) times x in 16-bit pairs (vpmaddwd),
+ * 32 products per instruction with AVX-512BW, then scaled once per chunk. */
+static inline __attribute__((always_inline)) void braze_wblock(const int BS, const int CH,
+        const uint8_t *restrict q, const float *restrict s, const float *restrict o, const int16_t *restrict xq,
+        const float *restrict dx, const float *restrict sum16, braze_vf *acc, float *off) {
+    for (int c = 0; c < BS / CH; c++) {
+        float xs = sum16[c * (CH / 16)];
+        if (CH == 32) xs += sum16[c * 2 + 1];
+        *off += o[c] * xs;
+    }
+#if defined(__AVX512BW__)
+    for (int u = 0; u < BS / 32; u++) {
+        __m512i p = _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * u))),
+                                      _mm512_loadu_si512((const void *)(xq + 32 * u)));
+        __m512 sv = CH == 32 ? _mm512_set1_ps(s[u] * dx[u])
+                             : _mm512_insertf32x8(_mm512_set1_ps(s[2 * u] * dx[u]), _mm256_set1_ps(s[2 * u + 1] * dx[u]), 1);
+        *acc = (braze_vf)_mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sv, (__m512)*acc);
+    }
+#elif defined(__AVX2__)
+    for (int h = 0; h < BS / 16; h++) {  /* 16 elements: 8 lanes of pairs, one chunk of 16 */
+        __m256i p = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(q + 16 * h))),
+                                      _mm256_loadu_si256((const __m256i *)(xq + 16 * h)));
+        __m256 sv = _mm256_set1_ps(s[h * 16 / CH] * dx[h / 2]);
+        *acc = (braze_vf)_mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sv, (__m256)*acc);
+    }
+#else
+    for (int c = 0; c < BS / 16; c++) {
+        int32_t t = 0;
+        for (int i = 0; i < 16; i++) t += (int32_t)q[16 * c + i] * (int32_t)xq[16 * c + i];
+        (*acc)[0] += s[c * 16 / CH] * dx[c / 2] * (float)t;
+    }
+#endif
+}
+
 /* Rows of W (n0..n1) dequantized to float into the k x nt tile braze_mm reads. */
 typedef void (*braze_rowf_fn)(const uint8_t *w, int64_t k, float *out);
 
@@ -356,7 +406,7 @@ static void braze_qrows(int64_t n, const void *ids, int ids64, const uint8_t *w,
 }
 
 /* A quantized type's kernel: integer matrix-vector for few rows, GEMM for many. */
-#define BRAZE_QLINEAR(T, BS, TS, CH, INT8)                                                                      \
+#define BRAZE_QLINEAR(T, BS, TS, CH, MODE)                                                                      \
 static void braze_rowf_##T(const uint8_t *w, int64_t k, float *out) {                                        \
     uint8_t q[BS]; float s[BS / CH], o[BS / CH];                                                             \
     for (int64_t b = 0; b < k / BS; b++) {                                                                   \
@@ -364,82 +414,56 @@ static void braze_rowf_##T(const uint8_t *w, int64_t k, float *out) {           
         for (int i = 0; i < BS; i++) out[b * BS + i] = s[i / CH] * (float)q[i] + o[i / CH];                  \
     }                                                                                                        \
 }                                                                                                            \
-/* R rows of W (R a literal) against one quantized x row: y[0..R) */                                      \
-static inline __attribute__((always_inline)) void braze_qmv_##T(const int R, int64_t k, const uint8_t *w,     \
-        int64_t ldw, const int8_t *xq, const float *dx, const float *xs, float *y) {                          \
-    braze_qacc acc[4] = {BRAZE_QACC_ZERO, BRAZE_QACC_ZERO, BRAZE_QACC_ZERO, BRAZE_QACC_ZERO};                \
+/* R rows of W (R a literal) against one x row, as MODE says: x float (0), int8 (1) or  \
+ * int16 (2) in blocks of 32 with scales dx; y[0..R) */                                                      \
+static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int64_t k, const uint8_t *w,      \
+        int64_t ldw, const void *x, const float *dx, const float *xs, float *y) {                             \
+    braze_vf accf[4] = {{0}, {0}, {0}, {0}};                                                                 \
+    braze_qacc acci[4] = {BRAZE_QACC_ZERO, BRAZE_QACC_ZERO, BRAZE_QACC_ZERO, BRAZE_QACC_ZERO};               \
     float off[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                 \
     for (int64_t b = 0; b < k / BS; b++) {                                                                   \
         uint8_t q[4][BS] __attribute__((aligned(32))); float s[4][BS / CH], o[4][BS / CH];                   \
-        /* 8R rows ahead: the hardware prefetcher alone kept a 30 MB matrix at 6 GB/s (12.7 with) */            \
-        for (int r = 0; r < R; r++) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS);                     \
+        /* 8R rows ahead: the hardware prefetcher alone kept a 30 MB matrix at 6 GB/s (12.7 with) */         \
+        for (int r = 0; r < R; r++) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS);                      \
         for (int r = 0; r < R; r++) braze_unpack_##T(w + r * ldw + b * TS, q[r], s[r], o[r]);                \
-        for (int r = 0; r < R; r++)                                                                          \
-            braze_qblock(BS, CH, q[r], s[r], o[r], xq + b * BS, dx + b * (BS / 32), xs + b * (BS / 16),      \
-                         &acc[r], &off[r]);                                                                  \
+        for (int r = 0; r < R; r++) {                                                                        \
+            const float *sx = xs + b * (BS / 16), *d = dx + b * (BS / 32);                                   \
+            if (MODE == 0) braze_fblock(BS, CH, q[r], s[r], o[r], (const float *)x + b * BS, sx, &accf[r], &off[r]); \
+            else if (MODE == 1) braze_qblock(BS, CH, q[r], s[r], o[r], (const int8_t *)x + b * BS, d, sx, &acci[r], &off[r]); \
+            else braze_wblock(BS, CH, q[r], s[r], o[r], (const int16_t *)x + b * BS, d, sx, &accf[r], &off[r]); \
+        }                                                                                                    \
     }                                                                                                        \
-    for (int r = 0; r < R; r++) y[r] = braze_qacc_sum(acc[r]) + off[r];                                      \
-}                                                                                                            \
-/* R rows of W against one float x row, dequantized in registers */                                     \
-static inline __attribute__((always_inline)) void braze_fmv_##T(const int R, int64_t k, const uint8_t *w,     \
-        int64_t ldw, const float *x, const float *xs, float *y) {                                             \
-    braze_vf acc[4] = {{0}, {0}, {0}, {0}};                                                                  \
-    float off[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                 \
-    for (int64_t b = 0; b < k / BS; b++) {                                                                   \
-        uint8_t q[4][BS] __attribute__((aligned(32))); float s[4][BS / CH], o[4][BS / CH];                   \
-        for (int r = 0; r < R; r++) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS);                     \
-        for (int r = 0; r < R; r++) braze_unpack_##T(w + r * ldw + b * TS, q[r], s[r], o[r]);                \
-        for (int r = 0; r < R; r++)                                                                          \
-            braze_fblock(BS, CH, q[r], s[r], o[r], x + b * BS, xs + b * (BS / 16), &acc[r], &off[r]);         \
-    }                                                                                                        \
-    for (int r = 0; r < R; r++) y[r] = braze_v8_hsum(braze_vf_add8(acc[r])) + off[r];                        \
+    for (int r = 0; r < R; r++)                                                                              \
+        y[r] = (MODE == 1 ? braze_qacc_sum(acci[r]) : braze_v8_hsum(braze_vf_add8(accf[r]))) + off[r];       \
 }                                                                                                            \
 static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda, const uint8_t *w,\
                               int64_t ldw, float *y, int64_t ldy, int64_t nthreads) {                        \
     if (m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, ldw, y, ldy, nthreads, braze_rowf_##T); return; } \
-    if (!INT8) {  /* dequantized in registers: x stays float (no activation rounding) */                     \
-        float *xs = (float *)braze_q_scratch(0, (size_t)m * (k / 16) * 4);                                    \
-        for (int64_t r = 0; r < m; r++) braze_sum16(x + r * lda, k, xs + r * (k / 16));                      \
-        int par = nthreads > 1 && n * ldw >= BRAZE_QPAR_MIN;                                                 \
-        _Pragma("omp parallel for schedule(static) num_threads(par ? nthreads : 1)")                        \
-        for (int64_t j = 0; j < n; j += 4) {                                                                 \
-            for (int64_t r = 0; r < m; r++) {                                                                \
-                if (j + 4 <= n) {                                                                            \
-                    float t[4];                                                                              \
-                    braze_fmv_##T(4, k, w + j * ldw, ldw, x + r * lda, xs + r * (k / 16), t);                \
-                    for (int i = 0; i < 4; i++) y[r * ldy + j + i] = t[i];                                   \
-                } else                                                                                       \
-                    for (int64_t jj = j; jj < n; jj++)                                                       \
-                        braze_fmv_##T(1, k, w + jj * ldw, ldw, x + r * lda, xs + r * (k / 16), y + r * ldy + jj); \
-            }                                                                                                \
-        }                                                                                                    \
-        return;                                                                                              \
+    /* x, once per call: sums per 16 for the offsets; int8/int16 blocks and their scales */                 \
+    const int64_t xsz = MODE == 1 ? 1 : 2;                                                                   \
+    float *xs = (float *)braze_q_scratch(0, (size_t)m * ((k / 16) * 4 + (k / 32) * 4 + k * xsz));             \
+    float *dx = xs + m * (k / 16);                                                                           \
+    char *xq = (char *)(dx + m * (k / 32));                                                                  \
+    for (int64_t r = 0; r < m; r++) {                                                                        \
+        if (MODE != 1) braze_sum16(x + r * lda, k, xs + r * (k / 16));                                       \
+        if (MODE == 1) braze_quantize_row(x + r * lda, k, (int8_t *)xq + r * k, dx + r * (k / 32), xs + r * (k / 16)); \
+        if (MODE == 2) braze_quantize_row16(x + r * lda, k, (int16_t *)xq + r * k, dx + r * (k / 32));       \
     }                                                                                                        \
-    int8_t *xq = (int8_t *)braze_q_scratch(0, (size_t)m * (k + k / 32 * 4 + k / 16 * 4));                    \
-    float *dx = (float *)(xq + m * k), *xs = dx + m * (k / 32);                                              \
-    for (int64_t r = 0; r < m; r++)                                                                          \
-        braze_quantize_row(x + r * lda, k, xq + r * k, dx + r * (k / 32), xs + r * (k / 16));                \
     int par = nthreads > 1 && n * ldw >= BRAZE_QPAR_MIN;                                                     \
-    if (m == 1) {  /* decoding: four rows of W at a time, four independent accumulators */                  \
-        _Pragma("omp parallel for schedule(static) num_threads(par ? nthreads : 1)")                        \
-        for (int64_t j = 0; j < n / 4 * 4; j += 4) braze_qmv_##T(4, k, w + j * ldw, ldw, xq, dx, xs, y + j); \
-        for (int64_t j = n / 4 * 4; j < n; j++) braze_qmv_##T(1, k, w + j * ldw, ldw, xq, dx, xs, y + j);    \
-        return;                                                                                              \
-    }                                                                                                        \
+    /* four rows of W at a time (four independent accumulators), each against every x row */               \
     _Pragma("omp parallel for schedule(static) num_threads(par ? nthreads : 1)")                            \
-    for (int64_t j = 0; j < n; j++) {                                                                        \
-        const uint8_t *wr = w + j * ldw;                                                                     \
-        braze_qacc acc[BRAZE_QFEW]; float off[BRAZE_QFEW];                                                   \
-        for (int64_t r = 0; r < m; r++) { acc[r] = BRAZE_QACC_ZERO; off[r] = 0.0f; }                        \
-        for (int64_t b = 0; b < k / BS; b++) {                                                               \
-            uint8_t q[BS] __attribute__((aligned(32))); float s[BS / CH], o[BS / CH];                        \
-            braze_unpack_##T(wr + b * TS, q, s, o);                                                          \
-            for (int64_t r = 0; r < m; r++)                                                                  \
-                braze_qblock(BS, CH, q, s, o, xq + r * k + b * BS, dx + r * (k / 32) + b * (BS / 32),         \
-                             xs + r * (k / 16) + b * (BS / 16), &acc[r], &off[r]);                            \
+    for (int64_t j = 0; j < n; j += 4)                                                                       \
+        for (int64_t r = 0; r < m; r++) {                                                                    \
+            const void *xr = MODE == 0 ? (const void *)(x + r * lda) : (const void *)(xq + r * k * xsz);     \
+            const float *dr = dx + r * (k / 32), *sr = xs + r * (k / 16);                                    \
+            if (j + 4 <= n) {                                                                                \
+                float t[4];                                                                                  \
+                braze_mv_##T(4, k, w + j * ldw, ldw, xr, dr, sr, t);                                         \
+                for (int i = 0; i < 4; i++) y[r * ldy + j + i] = t[i];                                       \
+            } else                                                                                           \
+                for (int64_t jj = j; jj < n; jj++)                                                           \
+                    braze_mv_##T(1, k, w + jj * ldw, ldw, xr, dr, sr, y + r * ldy + jj);                     \
         }                                                                                                    \
-        for (int64_t r = 0; r < m; r++) y[r * ldy + j] = braze_qacc_sum(acc[r]) + off[r];                    \
-    }                                                                                                        \
 }
 
 /* A float type's kernel: dot products for few rows, the GEMM for many. */

@@ -15,27 +15,32 @@ from .. import ir
 from .headers import header
 
 # GGML type -> the instantiation: BRAZE_QLINEAR(name, elements per block, bytes per
-# block, elements per scale chunk, int8) for the quantized types, BRAZE_FLINEAR(name)
-# for the float ones. int8 = 1: decoding quantizes x to int8 blocks and takes integer
-# dot products (VNNI); 0: the weights are dequantized in registers against float x.
-# Chosen per type by measurement (bench/RESULTS.md, "Quantized matmul kernels").
+# block, elements per scale chunk, mode) for the quantized types, BRAZE_FLINEAR(name)
+# for the float ones. The mode says how decoding (few x rows) takes its dot products:
+# 0 dequantizes W in registers against float x; 1 quantizes x to int8 blocks of 32 and
+# takes integer dots (VNNI's vpdpbusd); 2 quantizes x to int16 (vpmaddwd).
 QTYPES: dict[str, str] = {
-    "Q4_0": "BRAZE_QLINEAR(q4_0, 32, 18, 32, {int8})",
-    "Q4_1": "BRAZE_QLINEAR(q4_1, 32, 20, 32, {int8})",
-    "Q5_0": "BRAZE_QLINEAR(q5_0, 32, 22, 32, {int8})",
-    "Q5_1": "BRAZE_QLINEAR(q5_1, 32, 24, 32, {int8})",
-    "Q8_0": "BRAZE_QLINEAR(q8_0, 32, 34, 32, {int8})",
-    "Q2_K": "BRAZE_QLINEAR(q2_k, 256, 84, 16, {int8})",
-    "Q3_K": "BRAZE_QLINEAR(q3_k, 256, 110, 16, {int8})",
-    "Q4_K": "BRAZE_QLINEAR(q4_k, 256, 144, 32, {int8})",
-    "Q5_K": "BRAZE_QLINEAR(q5_k, 256, 176, 32, {int8})",
-    "Q6_K": "BRAZE_QLINEAR(q6_k, 256, 210, 16, {int8})",
+    "Q4_0": "BRAZE_QLINEAR(q4_0, 32, 18, 32, {mode})",
+    "Q4_1": "BRAZE_QLINEAR(q4_1, 32, 20, 32, {mode})",
+    "Q5_0": "BRAZE_QLINEAR(q5_0, 32, 22, 32, {mode})",
+    "Q5_1": "BRAZE_QLINEAR(q5_1, 32, 24, 32, {mode})",
+    "Q8_0": "BRAZE_QLINEAR(q8_0, 32, 34, 32, {mode})",
+    "Q2_K": "BRAZE_QLINEAR(q2_k, 256, 84, 16, {mode})",
+    "Q3_K": "BRAZE_QLINEAR(q3_k, 256, 110, 16, {mode})",
+    "Q4_K": "BRAZE_QLINEAR(q4_k, 256, 144, 32, {mode})",
+    "Q5_K": "BRAZE_QLINEAR(q5_k, 256, 176, 32, {mode})",
+    "Q6_K": "BRAZE_QLINEAR(q6_k, 256, 210, 16, {mode})",
     "F32": "BRAZE_FLINEAR(f32)",
     "F16": "BRAZE_FLINEAR(f16)",
     "BF16": "BRAZE_FLINEAR(bf16)",
 }
-# types whose decoding takes the int8 path (none measured faster yet: see above)
-INT8: frozenset[str] = frozenset({"Q4_0", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"})
+# Chosen per type by measurement (bench/RESULTS.md, "Quantized matmul kernels"): int8
+# was the fastest for every type (1.2-1.8x the float dot in cache), and is used where
+# nothing asks for more; the default model's types (Q4_1, and Q8_0 for its output
+# matrix) take int16, because int8 rounding of x changed SmolLM2's greedy continuations
+# (the README's, and `braze chat`'s answer), which int16 and float keep.
+MODE: dict[str, int] = {"Q4_0": 1, "Q4_1": 2, "Q5_0": 1, "Q5_1": 1, "Q8_0": 2, "Q2_K": 1, "Q3_K": 1, "Q4_K": 1,
+                        "Q5_K": 1, "Q6_K": 1}
 
 QUANTIZED = frozenset(q for q, line in QTYPES.items() if "QLINEAR" in line)
 _CALL = re.compile(r"braze_(?:qlinear|rowf|row)_(\w+)\b")
@@ -64,5 +69,5 @@ def instantiations(kernel_sources: list[str]) -> str:
     used = {m for src in kernel_sources for m in _CALL.findall(src)}
     if not used:
         return ""
-    lines = [QTYPES[q].format(int8=int(q in INT8)) for q in QTYPES if q.lower() in used]
+    lines = [QTYPES[q].format(mode=MODE.get(q, 0)) for q in QTYPES if q.lower() in used]
     return "\n".join([header("quant.h"), *lines])
