@@ -230,14 +230,22 @@ typedef float braze_qacc;
 static inline float braze_qacc_sum(float a) { return a; }
 #endif
 
-static inline __attribute__((always_inline)) void braze_qblock(const int BS, const int CH,
-        const uint8_t *restrict q, const float *restrict s, const float *restrict o, const int8_t *restrict xq,
-        const float *restrict dx, const float *restrict sum16, braze_qacc *acc, float *off) {
+/* A block's offsets times its chunks' sums of x: the w = s q + o part that is not a dot */
+static inline __attribute__((always_inline)) float braze_offsets(const int BS, const int CH, const float *o,
+                                                                 const float *sum16) {
+    float off = 0.0f;
     for (int c = 0; c < BS / CH; c++) {
         float xs = sum16[c * (CH / 16)];
         if (CH == 32) xs += sum16[c * 2 + 1];
-        *off += o[c] * xs;
+        off += o[c] * xs;
     }
+    return off;
+}
+
+static inline __attribute__((always_inline)) void braze_qblock(const int BS, const int CH,
+        const uint8_t *restrict q, const float *restrict s, const float *restrict o, const int8_t *restrict xq,
+        const float *restrict dx, const float *restrict sum16, braze_qacc *acc, float *off) {
+    *off += braze_offsets(BS, CH, o, sum16);
 #ifdef BRAZE_VNNI
     for (int u = 0; u < BS / 32; u++) {
         __m256i qv = _mm256_loadu_si256((const __m256i *)(q + 32 * u));
@@ -313,11 +321,7 @@ static inline void braze_quantize_row16(const float *x, int64_t k, int16_t *q, f
 static inline __attribute__((always_inline)) void braze_wblock(const int BS, const int CH,
         const uint8_t *restrict q, const float *restrict s, const float *restrict o, const int16_t *restrict xq,
         const float *restrict dx, const float *restrict sum16, braze_vf *acc, float *off) {
-    for (int c = 0; c < BS / CH; c++) {
-        float xs = sum16[c * (CH / 16)];
-        if (CH == 32) xs += sum16[c * 2 + 1];
-        *off += o[c] * xs;
-    }
+    *off += braze_offsets(BS, CH, o, sum16);
 #if defined(__AVX512BW__)
     for (int u = 0; u < BS / 32; u++) {
         __m512i p = _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * u))),
