@@ -82,11 +82,14 @@ def prefill(model: Any, caches: Any, ids: list[int]) -> np.ndarray:
     return np.asarray(model(tensor([ids]), caches, last_only=True)[0, -1].numpy())
 
 
-def decode_session(model: Any, caches: Any) -> Any:
-    """What ``braze generate`` decodes with: the model's step, captured after its first
-    steps (``braze.generate.DecodeStep``)."""
-    from braze.generate import DecodeStep
-    return DecodeStep(model, caches)
+WARMUP_STEPS = 8  # untimed decoding steps before the latency run: the capture watches 3
+
+def decode_session(model: Any, cache_len: int) -> Any:
+    """What ``braze generate`` decodes with (``braze.generate.decode_session``): empty
+    KV caches and the model's step, captured after its first steps; like a llama.cpp
+    context, a session's caches (and its captured step) serve the next run too."""
+    from braze.generate import decode_session as session
+    return session(model, cache_len)
 
 
 def decode_step(session: Any, token: int) -> np.ndarray:
@@ -115,25 +118,28 @@ def _materialize(caches: Any) -> None:
                 t.realize()
 
 
-def _decode_run(model: Any, first: int, steps: int, cache_len: int
+def _decode_run(model: Any, first: int, steps: int, cache_len: int, warmup: int = 0
                 ) -> tuple[float, list[float], dict[str, int]]:
-    """``steps`` greedy decoding steps after a one-token prompt, on a fresh cache: the
-    total time, each step's time (seconds) and braze's counters over the steps alone."""
+    """``steps`` greedy decoding steps after a one-token prompt and ``warmup`` untimed
+    steps, on a fresh cache: the total time, each step's time (seconds) and braze's
+    counters over the timed steps alone."""
     from braze import stats
-    caches = model.new_cache(cache_len)
-    _materialize(caches)
-    token = int(np.argmax(prefill(model, caches, [first])))
-    session = decode_session(model, caches)
-    times: list[float] = []
-    before = stats()
-    t_start = time.perf_counter()
-    for _ in range(steps):
-        t = time.perf_counter()
-        logits = decode_step(session, token)
-        times.append(time.perf_counter() - t)
-        token = int(np.argmax(logits))
-    total = time.perf_counter() - t_start
-    after = stats()
+    with decode_session(model, cache_len) as session:
+        caches = session.caches
+        _materialize(caches)
+        token = int(np.argmax(prefill(model, caches, [first])))
+        for _ in range(warmup):  # the steps a capture watches before it replays
+            token = int(np.argmax(decode_step(session, token)))
+        times: list[float] = []
+        before = stats()
+        t_start = time.perf_counter()
+        for _ in range(steps):
+            t = time.perf_counter()
+            logits = decode_step(session, token)
+            times.append(time.perf_counter() - t)
+            token = int(np.argmax(logits))
+        total = time.perf_counter() - t_start
+        after = stats()
     return total, times, {k: after[k] - before[k] for k in after if k in before}
 
 
@@ -158,11 +164,13 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
     pp_first = one_prefill()  # warm-up: schedules and compiles the prompt's plan
     pp = [one_prefill() for _ in range(args.reps)]
 
-    cache_len = 1 + max(g, lat)
+    cache_len = 1 + max(g, lat + WARMUP_STEPS)
     tg_first = _decode_run(model, ids[0], g, cache_len)[0]  # warm-up: compiles the step's plan
     tg = [_decode_run(model, ids[0], g, cache_len)[0] for _ in range(args.tg_reps)]
 
-    _, steps, counted = _decode_run(model, ids[0], lat, cache_len)
+    # per-step latency and counters after warm-up (the capture's first steps), as the
+    # issue counts them; tg64 above includes those steps, as a generation does
+    _, steps, counted = _decode_run(model, ids[0], lat, cache_len, WARMUP_STEPS)
     per_step: dict[str, float | None] = {
         # None: braze has no such counter (yet); the table prints "n/a"
         key: counted[key] / lat if key in counted else None
@@ -481,11 +489,13 @@ def main(argv: list[str] | None = None) -> int:
         "model": {"path": model, "name": model_name},
         "settings": {"threads": threads, "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens,
                      "latency_tokens": args.latency_tokens, "reps": args.reps, "tg_reps": args.tg_reps,
-                     "decode_cache_len": 1 + max(args.gen_tokens, args.latency_tokens),
+                     "decode_cache_len": 1 + max(args.gen_tokens, args.latency_tokens + WARMUP_STEPS),
+                     "latency_warmup_steps": WARMUP_STEPS,
                      "thread_env": list(THREAD_VARS)},
         "timed_calls": {"prefill": "model(tensor([ids]), caches, last_only=True)[0, -1].numpy()",
-                        "decode_step": "DecodeStep(model, caches)(token): the model's step, captured after "
-                                       "its first steps (what braze generate runs)"},
+                        "decode_step": "decode_session(model, n)(token): the model's step, captured after "
+                                       "its first steps (what braze generate runs); a session's caches and "
+                                       "capture serve the next run, as a llama.cpp context does"},
         "braze": braze_rows,
         "llama_cpp": {"status": llama_status, "binary": str(binary) if binary else None,
                       "runs": [llama_rows[t] for t in threads if t in llama_rows]},

@@ -15,6 +15,8 @@ text that might be the start of a stop string is held back until it is known not
 from __future__ import annotations
 
 import time
+import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -108,13 +110,45 @@ class DecodeStep:
             vocab = self.model.config.vocab_size
             if not 0 <= token < vocab:  # the replay reads the embedding row unchecked
                 raise IndexOutOfRange("embedding", token, vocab, 0)
-            logits = cap.replay(self.caches[0].length)
+            pos = self.caches[0].length
+            if pos >= self.caches[0].max_len:  # the replay writes the cache unchecked
+                raise ShapeMismatch("KVCache.append", [(1,)], f"context full: {pos} + 1 > {self.caches[0].max_len} positions")
+            logits = cap.replay(pos)
             for c in self.caches:
                 c.length += 1
             return logits
         if cap is not None and not cap.reason:
             return cap.observe(self.caches[0].length, lambda: self.model(self.ids_t, self.caches)[0, -1])
         return self.model(self.ids_t, self.caches)[0, -1].numpy()
+
+
+_SESSIONS: "weakref.WeakKeyDictionary[Any, list[tuple[tuple[int, bool], DecodeStep]]]" = weakref.WeakKeyDictionary()
+IDLE_SESSIONS = 2  # idle sessions kept per model (each holds KV caches), the most recent first
+CACHE_BUCKET = 64  # KV caches are made in multiples of this many positions, so sessions are reused
+
+
+@contextmanager
+def decode_session(model: Any, max_len: int, capture: bool = True) -> Iterator[DecodeStep]:
+    """A ``DecodeStep`` over empty KV caches of at least ``max_len`` positions (a
+    multiple of ``CACHE_BUCKET``, at most the model's context), taken from the model's
+    idle ones when one fits: a session's caches and its captured step outlive a
+    generation, so the next generation replays at once instead of watching its first
+    steps again (as a server keeps its CUDA graphs). Two sessions at once never share
+    caches; at most ``IDLE_SESSIONS`` idle ones are kept."""
+    ctx = model.config.context_length
+    n = min(ctx, -(-max_len // CACHE_BUCKET) * CACHE_BUCKET) if max_len <= ctx else max_len
+    key = (n, capture)
+    idle = _SESSIONS.setdefault(model, [])
+    hit = next((i for i, (k, _) in enumerate(idle) if k == key), None)
+    step = idle.pop(hit)[1] if hit is not None else DecodeStep(model, model.new_cache(n), capture)
+    for c in step.caches:
+        if hasattr(c, "length"):
+            c.length = 0
+    try:
+        yield step
+    finally:
+        idle.insert(0, (key, step))
+        del idle[IDLE_SESSIONS:]
 
 
 def generate_ids(model: Any, prompt_ids: Sequence[int], max_tokens: int, sampling: Sampling = Sampling(),
@@ -129,8 +163,13 @@ def generate_ids(model: Any, prompt_ids: Sequence[int], max_tokens: int, samplin
         raise ShapeMismatch("generate", [(0,)], "the prompt is empty (no tokens)")
     if len(prompt_ids) >= ctx:
         raise ShapeMismatch("generate", [(len(prompt_ids),)], f"the prompt has {len(prompt_ids)} tokens; the context holds {ctx}")
-    caches = model.new_cache(min(ctx, len(prompt_ids) + max_tokens))
-    step = DecodeStep(model, caches, capture)
+    with decode_session(model, min(ctx, len(prompt_ids) + max_tokens), capture) as step:
+        yield from _generate(model, step, prompt_ids, max_tokens, sampling, eos_ids, stats, ctx)
+
+
+def _generate(model: Any, step: "DecodeStep", prompt_ids: Sequence[int], max_tokens: int, sampling: Sampling,
+              eos_ids: frozenset[int], stats: GenerationStats, ctx: int) -> Iterator[int]:
+    caches = step.caches
     rng = np.random.default_rng(sampling.seed)
     history = list(prompt_ids)
     stats.prompt_tokens = len(prompt_ids)

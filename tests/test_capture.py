@@ -87,3 +87,36 @@ def test_an_affine_step_replays_new_positions() -> None:
     assert cap.ready, cap.reason
     for pos in (3, 10, 31):
         np.testing.assert_allclose(cap.replay(pos), table.numpy()[pos:pos + 1] * 2 + pos + 100.5, rtol=1e-5)
+
+
+def test_a_second_generation_replays_from_its_first_step(smollm: Any) -> None:
+    """A generation's caches and captured step outlive it (``decode_session``): the
+    next generation of the same length records its prompt and no decoding step."""
+    if not fusion_enabled():
+        pytest.skip("the fused executor only")
+    model = smollm.model
+    ids = smollm.tokenizer.encode("Paris is a city")
+    first = list(generate_ids(model, ids, 10))
+    caches = model.new_cache(64)
+    before = braze.stats()
+    model(braze.tensor([ids]), caches, last_only=True)[0, -1].numpy()
+    prompt_nodes = braze.stats()["nodes_recorded"] - before["nodes_recorded"]
+    before = braze.stats()
+    again = list(generate_ids(model, ids, 10))
+    after = braze.stats()
+    assert again == first
+    assert after["nodes_recorded"] - before["nodes_recorded"] == prompt_nodes
+
+
+def test_a_replay_past_the_cache_is_refused(smollm: Any) -> None:
+    if not fusion_enabled():
+        pytest.skip("the fused executor only")
+    model = smollm.model
+    caches = model.new_cache(8)
+    model(braze.tensor([[1]]), caches, last_only=True).numpy()
+    step = DecodeStep(model, caches)
+    for tok in range(2, 9):
+        step(tok)
+    assert step.captured and caches[0].length == 8
+    with pytest.raises(braze.ShapeMismatch, match="context full"):
+        step(3)

@@ -175,3 +175,32 @@ def test_model_weights_stay_quantized(smollm: Any) -> None:
     assert blk.mlp.up.weight.dtype.name == "q4_1"
     assert smollm.model.embed.weight.dtype.name == "q8_0"
     assert blk.attn_norm.weight.dtype is braze.float32
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("qtype", [GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q3_K, GGMLType.Q6_K],
+                         ids=lambda t: t.name)
+def test_every_decoding_mode_of_the_kernel(qtype: GGMLType, mode: int) -> None:
+    """The kernel's three decoding dots (float, int8, int16), whichever MODE picks for
+    a type, built directly from quant.h and called on numpy arrays: each within its
+    own rounding bound of the float64 product."""
+    import ctypes
+
+    from braze import ir
+    from braze.codegen.c import PRELUDE
+    from braze.codegen.headers import header
+    from braze.runtime import cpu
+    n, k, m = 13, 512, 2
+    w, wf = weight(qtype, n, k, seed=20 + mode)
+    raw = w._storage.array
+    x = np.random.default_rng(mode).standard_normal((m, k)).astype(np.float32)
+    body = qk.kernel_source(ir.QLinear(qtype.name, m, n, k, k, DTYPES[qtype].nbytes(k), n), "kq")
+    src = "\n".join([header("cmath.h"), header("tile.h"), PRELUDE,
+                     qk.instantiations([body], {qtype.name: mode}), body])
+    fn = cpu.compile_c(src, ["kq"]).function("kq", [ctypes.c_void_p, ctypes.c_int64])
+    y = np.zeros((m, n), np.float32)
+    args = (ctypes.c_void_p * 3)(x.ctypes.data, raw.ctypes.data, y.ctypes.data)
+    fn(args, 1)
+    ref = x.astype(np.float64) @ wf.T
+    tol = tolerance(wf, x.astype(np.float64), {0: 0, 1: 127, 2: 32767}[mode])
+    assert np.all(np.abs(y - ref) <= tol)

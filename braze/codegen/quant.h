@@ -68,6 +68,11 @@ static inline void braze_nibbles32(const uint8_t *restrict qs, uint8_t *restrict
 }
 /* bit i of the little-endian 32-bit word at qh, as 16 in byte i */
 static inline braze_u8x32 braze_bits32(const uint8_t *qh) {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    return (braze_u8x32)_mm256_movm_epi8(h) & 16;  /* one instruction: bit i -> byte i */
+#endif
     const braze_u8x32 sel = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
                              1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
     braze_u8x32 b = {qh[0], qh[0], qh[0], qh[0], qh[0], qh[0], qh[0], qh[0], qh[1], qh[1], qh[1], qh[1], qh[1], qh[1],
