@@ -1459,7 +1459,7 @@ def qlinear(x: Tensor, weight: Tensor) -> Tensor:
 
 
 def qembedding(weight: Tensor, ids: Tensor) -> Tensor:
-    """Rows of a block-quantized table at 1-d ``ids``, dequantized to float32."""
+    """Rows of a block-quantized (or float16/bfloat16) table at 1-d ``ids``, as float32."""
     if ids.ndim != 1:
         raise RankMismatch("embedding", 1, ids.shape)
     _check_index_values("embedding", ids, weight.shape[0] if weight.ndim else 1, 0)

@@ -204,3 +204,15 @@ def test_every_decoding_mode_of_the_kernel(qtype: GGMLType, mode: int) -> None:
     ref = x.astype(np.float64) @ wf.T
     tol = tolerance(wf, x.astype(np.float64), {0: 0, 1: 127, 2: 32767}[mode])
     assert np.all(np.abs(y - ref) <= tol)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_table_rows_come_out_float32(dtype: str) -> None:
+    from braze.nn import Embedding
+    table = braze.randn(20, 48).to(dtype)
+    ids = braze.tensor([[3, 19, 0]])
+    got = Embedding.from_weights(table).forward(ids, dtype=braze.float32)
+    assert got.dtype is braze.float32 and got.shape == (1, 3, 48)
+    np.testing.assert_array_equal(got.numpy(), table.to("float32").numpy()[[3, 19, 0]][None])
+    with pytest.raises(IndexOutOfRange):
+        qembedding(table, braze.tensor([20]))

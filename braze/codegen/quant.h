@@ -188,7 +188,11 @@ static inline void braze_unpack_q6_k(const uint8_t *restrict b, uint8_t *restric
 static inline void braze_row_f32(const uint8_t *w, int64_t k, float *out) { memcpy(out, w, (size_t)k * 4); }
 static inline void braze_row_f16(const uint8_t *w, int64_t k, float *out) {
     const uint16_t *h = (const uint16_t *)w;
-    for (int64_t i = 0; i < k; i++) out[i] = braze_q_h2f(h[i]);
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= k; i += 16) _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
+#endif
+    for (; i < k; i++) out[i] = braze_q_h2f(h[i]);
 }
 static inline void braze_row_bf16(const uint8_t *w, int64_t k, float *out) {
     const uint16_t *h = (const uint16_t *)w;

@@ -111,9 +111,7 @@ class Llama(Module):
     def forward(self, ids: Tensor, caches: list[KVCache] | None = None, last_only: bool = False) -> Tensor:
         """Logits (B, T, vocab) for token ids (B, T); with ``last_only`` just the last
         position's, which is all that generation needs from a prompt."""
-        x = self.embed(ids)
-        if x.dtype is not float32:  # a half embedding table: the residual stream is float32
-            x = x.float()
+        x = self.embed(ids, dtype=float32)  # the residual stream is float32, whatever the table's type
         for i, block in enumerate(self.blocks):
             x = block(x, caches[i] if caches is not None else None)
         if last_only:

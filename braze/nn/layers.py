@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..dtypes import DType
-from ..tensor import Tensor, arange, cat, from_numpy, stack, zeros
+from ..tensor import Tensor, arange, cat, from_numpy, qembedding, stack, zeros
 from . import functional as F
 from .module import Module
 
@@ -57,8 +57,13 @@ class Embedding(Module):
         self.weight = weight
         return self
 
-    def forward(self, ids: Tensor) -> Tensor:
-        return F.embedding(ids, self.weight)
+    def forward(self, ids: Tensor, dtype: DType | None = None) -> Tensor:
+        """The rows at ``ids``; with ``dtype=float32`` a half or block table's rows come
+        out as float32 from one kernel (a model whose residual stream is float32)."""
+        if dtype is dt.float32 and (self.weight.dtype.is_half or self.weight.dtype.is_block):
+            return qembedding(self.weight, ids.reshape(-1)).reshape(ids.shape + (self.weight.shape[1],))
+        x = F.embedding(ids, self.weight)
+        return x if dtype is None else x.to(dtype)
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}"
