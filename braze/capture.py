@@ -175,6 +175,8 @@ def _segment(a: Any, b: Any, c: Any, made: list[set[int]]) -> _Segment | str:
             return "an input of the step changes type or size with the position"
         if np.array_equal(va, vb) and np.array_equal(vb, vc):
             continue  # made anew each step with the same values
+        if va.dtype.kind not in "iuf":
+            return f"an input of the step ({sa.dtype.name}) changes with the position and is not a number"
         dv = vb - va
         if va.size > 64 or not np.array_equal(vc - vb, dv):
             return f"an input of the step ({sa.dtype.name} of {va.size}) is not affine in the position"

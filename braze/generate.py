@@ -15,7 +15,6 @@ text that might be the start of a stop string is held back until it is known not
 from __future__ import annotations
 
 import time
-import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
@@ -23,7 +22,9 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from .capture import StepCapture
+from .device import CPU
 from .errors import IndexOutOfRange, ShapeMismatch
+from .stream import fusion_enabled, stream_of
 from .tensor import from_numpy, tensor
 from .tokenizer import Tokenizer
 
@@ -104,9 +105,14 @@ class DecodeStep:
         return self.capture is not None and self.capture.ready
 
     def __call__(self, token: int) -> np.ndarray:
+        """The logits after ``token``. Once the step is captured the array is a view of
+        one buffer that the next step overwrites (as llama.cpp's ``llama_get_logits``):
+        copy it to keep it."""
         self.ids[0, 0] = token
         cap = self.capture
-        if cap is not None and cap.ready:
+        if cap is not None and cap.ready and fusion_enabled():  # BRAZE_FUSION=0 means no compiled code
+            if stream_of(CPU).nodes:  # recorded work not run yet (a prefill nobody read) runs first
+                stream_of(CPU).flush()
             vocab = self.model.config.vocab_size
             if not 0 <= token < vocab:  # the replay reads the embedding row unchecked
                 raise IndexOutOfRange("embedding", token, vocab, 0)
@@ -122,9 +128,13 @@ class DecodeStep:
         return self.model(self.ids_t, self.caches)[0, -1].numpy()
 
 
-_SESSIONS: "weakref.WeakKeyDictionary[Any, list[tuple[tuple[int, bool], DecodeStep]]]" = weakref.WeakKeyDictionary()
 IDLE_SESSIONS = 2  # idle sessions kept per model (each holds KV caches), the most recent first
 CACHE_BUCKET = 64  # KV caches are made in multiples of this many positions, so sessions are reused
+
+
+def _idle(model: Any) -> list[tuple[tuple[int, bool], DecodeStep]]:
+    """The model's idle sessions, kept on the model itself (so they go with it)."""
+    return vars(model).setdefault("_idle_decode_sessions", [])
 
 
 @contextmanager
@@ -134,11 +144,13 @@ def decode_session(model: Any, max_len: int, capture: bool = True) -> Iterator[D
     idle ones when one fits: a session's caches and its captured step outlive a
     generation, so the next generation replays at once instead of watching its first
     steps again (as a server keeps its CUDA graphs). Two sessions at once never share
-    caches; at most ``IDLE_SESSIONS`` idle ones are kept."""
+    caches; at most ``IDLE_SESSIONS`` idle ones are kept. A captured step replays the
+    weights it was captured with: after replacing a model's weights, call
+    ``clear_sessions(model)``."""
     ctx = model.config.context_length
     n = min(ctx, -(-max_len // CACHE_BUCKET) * CACHE_BUCKET) if max_len <= ctx else max_len
     key = (n, capture)
-    idle = _SESSIONS.setdefault(model, [])
+    idle = _idle(model)
     hit = next((i for i, (k, _) in enumerate(idle) if k == key), None)
     step = idle.pop(hit)[1] if hit is not None else DecodeStep(model, model.new_cache(n), capture)
     for c in step.caches:
@@ -149,6 +161,11 @@ def decode_session(model: Any, max_len: int, capture: bool = True) -> Iterator[D
     finally:
         idle.insert(0, (key, step))
         del idle[IDLE_SESSIONS:]
+
+
+def clear_sessions(model: Any) -> None:
+    """Forget the model's idle decoding sessions (their caches and captured steps)."""
+    _idle(model).clear()
 
 
 def generate_ids(model: Any, prompt_ids: Sequence[int], max_tokens: int, sampling: Sampling = Sampling(),
@@ -163,12 +180,13 @@ def generate_ids(model: Any, prompt_ids: Sequence[int], max_tokens: int, samplin
         raise ShapeMismatch("generate", [(0,)], "the prompt is empty (no tokens)")
     if len(prompt_ids) >= ctx:
         raise ShapeMismatch("generate", [(len(prompt_ids),)], f"the prompt has {len(prompt_ids)} tokens; the context holds {ctx}")
-    with decode_session(model, min(ctx, len(prompt_ids) + max_tokens), capture) as step:
-        yield from _generate(model, step, prompt_ids, max_tokens, sampling, eos_ids, stats, ctx)
+    limit = min(ctx, len(prompt_ids) + max_tokens)  # positions this generation may fill
+    with decode_session(model, limit, capture) as step:
+        yield from _generate(model, step, prompt_ids, max_tokens, sampling, eos_ids, stats, ctx, limit)
 
 
 def _generate(model: Any, step: "DecodeStep", prompt_ids: Sequence[int], max_tokens: int, sampling: Sampling,
-              eos_ids: frozenset[int], stats: GenerationStats, ctx: int) -> Iterator[int]:
+              eos_ids: frozenset[int], stats: GenerationStats, ctx: int, limit: int) -> Iterator[int]:
     caches = step.caches
     rng = np.random.default_rng(sampling.seed)
     history = list(prompt_ids)
@@ -187,7 +205,7 @@ def _generate(model: Any, step: "DecodeStep", prompt_ids: Sequence[int], max_tok
         stats.token_ids.append(nxt)
         stats.generated_tokens += 1
         yield nxt
-        if len(history) >= caches[0].max_len:
+        if len(history) >= limit:
             stats.stop_reason = "length" if len(history) < ctx else "context"
             break
         logits = step(nxt)

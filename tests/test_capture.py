@@ -120,3 +120,20 @@ def test_a_replay_past_the_cache_is_refused(smollm: Any) -> None:
     assert step.captured and caches[0].length == 8
     with pytest.raises(braze.ShapeMismatch, match="context full"):
         step(3)
+
+
+def test_a_changing_flag_is_a_reason_not_a_crash() -> None:
+    if not fusion_enabled():
+        pytest.skip("the fused executor only")
+    x = braze.randn(4)
+    cap = StepCapture()
+    for pos in range(9):
+        out = cap.observe(pos, lambda: x * 2.0 + braze.tensor(pos % 2 == 0).to("float32"))
+        assert out.shape == (4,)
+    assert not cap.ready and "not a number" in cap.reason
+
+
+def test_max_context_bounds_a_generation(smollm: Any) -> None:
+    ids = smollm.tokenizer.encode("The capital of France is")
+    out = list(generate_ids(smollm.model, ids, 500, max_context=len(ids) + 7))
+    assert len(ids) + len(out) <= len(ids) + 7

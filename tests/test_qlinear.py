@@ -216,3 +216,21 @@ def test_half_table_rows_come_out_float32(dtype: str) -> None:
     np.testing.assert_array_equal(got.numpy(), table.to("float32").numpy()[[3, 19, 0]][None])
     with pytest.raises(IndexOutOfRange):
         qembedding(table, braze.tensor([20]))
+
+
+def test_embedding_kernel_reads_views_of_ids_and_tables_as_they_are() -> None:
+    """Broadcast ids (stride 0) and a column-strided half table: the rows they name."""
+    w, wf = weight(GGMLType.Q4_0, 10, 64, seed=30)
+    ids = braze.tensor([6]).expand(4)
+    np.testing.assert_array_equal(qembedding(w, ids).numpy(), wf[[6, 6, 6, 6]].astype(np.float32))
+    a = np.arange(64, dtype=np.float16).reshape(8, 8)
+    table = from_numpy(a).T  # rows strided by 8 elements
+    np.testing.assert_array_equal(qembedding(table, braze.tensor([1, 3])).numpy(), a.T[[1, 3]].astype(np.float32))
+
+
+def test_writing_into_a_block_tensor_copies_its_blocks() -> None:
+    w, wf = weight(GGMLType.Q8_0, 4, 64, seed=31)
+    w2, wf2 = weight(GGMLType.Q8_0, 4, 64, seed=32)
+    dst = from_blocks(w._storage.array.copy(), DTYPES[GGMLType.Q8_0], (4, 64))
+    dst[0] = w2[1]
+    np.testing.assert_array_equal(bdequantize(dst).numpy(), np.concatenate([wf2[1:2], wf[1:]]).astype(np.float32))

@@ -50,11 +50,14 @@ def _store(node: "Node", operand: "Operand", value: np.ndarray, args: list[np.nd
     lay = operand.layout
     storage = operand.storage
     value = np.asarray(value)
+    if node.op.inplace:  # through the target's view (a block tensor's: its rows' bytes)
+        target = operand_array(operand, writeable=True)
+        if value.shape != target.shape:
+            raise BrazeError(f"internal: {node.op.name} produced shape {value.shape}, expected {target.shape}")
+        np.copyto(target, value, casting="unsafe")
+        return
     if value.shape != lay.shape:
         raise BrazeError(f"internal: {node.op.name} produced shape {value.shape}, expected {lay.shape}")
-    if node.op.inplace:
-        np.copyto(operand_array(operand, writeable=True), value, casting="unsafe")
-        return
     want = storage.dtype.np
     if value.dtype == want and value.flags.c_contiguous and value.base is None and value.size == storage.numel \
             and not any(value is a for a in args):

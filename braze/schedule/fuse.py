@@ -279,8 +279,9 @@ class Scheduler:
         exist before the flush (so the recording has checked them)."""
         (w, ids), out = node.inputs, node.outputs[0]
         if ids.storage.array is None or not quant_kernels.supported(node.attrs["qtype"]) \
-                or ids.layout.strides not in ((1,), (0,)) and ids.layout.shape[0] > 1:
-            return False
+                or ids.layout.shape[0] > 1 and ids.layout.strides[0] != 1 \
+                or w.layout.shape[1] > 1 and w.layout.strides[1] != 1:
+            return False  # the kernel reads ids and each table row contiguously
         self.extern(i, node)
         self.steps.pop()
         wd = w.storage.dtype
@@ -300,8 +301,9 @@ class Scheduler:
         (src,), (dst,) = node.inputs, node.outputs
         shape = dst.layout.shape
         if (src.storage is dst.storage or src.layout.shape != shape or not shape or prod(shape) == 0
-                or src.storage.dtype is not dst.storage.dtype or dst.storage.array is None):
-            return False
+                or src.storage.dtype is not dst.storage.dtype or dst.storage.array is None
+                or dst.storage.dtype.is_block):
+            return False  # a block tensor's bytes are copied by the reference (numpy)
         self.extern(i, node)  # closes every open group; marks the source stored
         self.steps.pop()
         nd = len(shape)
