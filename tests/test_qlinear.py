@@ -234,3 +234,21 @@ def test_writing_into_a_block_tensor_copies_its_blocks() -> None:
     dst = from_blocks(w._storage.array.copy(), DTYPES[GGMLType.Q8_0], (4, 64))
     dst[0] = w2[1]
     np.testing.assert_array_equal(bdequantize(dst).numpy(), np.concatenate([wf2[1:2], wf[1:]]).astype(np.float32))
+
+
+def test_a_type_without_a_kernel_is_correct_and_says_it_is_slow(capfd: Any) -> None:
+    """Q8_1 (an intermediate type, rare in files) has no kernel: the reference computes
+    it, and the fused executor says so on stderr instead of being silently slow."""
+    rng = np.random.default_rng(40)
+    raw = rng.integers(0, 256, 4 * 2 * BLOCK_DTYPES[GGMLType.Q8_1].itemsize, dtype=np.uint8)
+    raw.view(BLOCK_DTYPES[GGMLType.Q8_1])["d"] = np.float16(0.01)
+    w = from_blocks(raw, DTYPES[GGMLType.Q8_1], (4, 64))
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    y = qlinear(from_numpy(x), w).numpy()
+    np.testing.assert_allclose(y, x @ dequantize(raw, GGMLType.Q8_1, (4, 64)).T, rtol=1e-5, atol=1e-5)
+    if fusion_enabled():
+        planmod.clear()
+        from braze.schedule import fuse
+        fuse._said.clear()
+        qlinear(from_numpy(x), w).numpy()
+        assert "no quantized matmul kernel for Q8_1" in capfd.readouterr().err
