@@ -356,7 +356,26 @@ def _build(nodes: Sequence[Any], form: Form, live: frozenset[int], key: Any) -> 
         if path is not None:
             _save(path, stored)
     steps, materialized, release, offsets, arena_bytes, rendered = stored
+    _say_slow_steps(steps, nodes)
     return Plan(_compile(steps, rendered), materialized, release, offsets, arena_bytes, _binds(steps, offsets))
+
+
+_slow_said: set[str] = set()
+
+
+def _say_slow_steps(steps: Sequence[Any], nodes: Sequence[Any]) -> None:
+    """A quantized matmul left to the reference (a type without a kernel, operands the
+    kernel cannot read in place) dequantizes its weight at every call: said once on
+    stderr, whether the plan was scheduled now or found stored."""
+    for st in steps:
+        node = nodes[st.node] if isinstance(st, ExternStep) else None
+        if node is not None and node.op.name == "qlinear":
+            what = f"{node.attrs['qtype']} {tuple(node.inputs[1].layout.shape)}"
+            if what not in _slow_said:
+                _slow_said.add(what)
+                print(f"braze: qlinear over a {what} weight runs on the reference executor (numpy, dequantizing "
+                      "the weight at every call): no quantized matmul kernel reads it (BRAZE_DEBUG=1 says why)",
+                      file=sys.stderr)
 
 
 Rendered = tuple[str, list[str], list[str]]  # module source, its kernel names, each kernel step's name

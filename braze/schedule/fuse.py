@@ -37,7 +37,6 @@ from . import chain
 from ..codegen import quant as quant_kernels
 
 Key = int  # a storage's relative id within the flushed stream
-_said: set[str] = set()  # slow paths already reported on stderr
 ROW_MIN = 1024
 
 
@@ -262,11 +261,7 @@ class Scheduler:
         elif m * n == 0 or k == 0:
             why = "an empty product"
         if why:
-            refuse(node, why + ": runs as an extern step")
-            if why not in _said:  # a matmul dequantizing its weight every call is never silent
-                _said.add(why)
-                print(f"braze: qlinear: {why}: it runs on the reference (numpy, dequantizing the weight "
-                      "at every call), which is much slower", file=sys.stderr)
+            refuse(node, why + ": runs as an extern step")  # plan.py says so on stderr, once
             return False
         self.extern(i, node)  # closes the producers of x and w, marks them stored
         self.steps.pop()
