@@ -36,6 +36,7 @@ from .errors import (
     Unsupported,
 )
 from .jit import jit
+from . import plan as _plan  # noqa: F401,E402  (the fused executor: registers itself with the stream)
 from .random import Generator, manual_seed, rand, rand_like, randint, randn, randn_like
 from .runtime.memory import memory_limit, set_memory_limit
 from .runtime.threads import get_num_threads, set_num_threads

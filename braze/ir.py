@@ -23,7 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from .dtypes import DType
+from .dtypes import DType, bfloat16, float16, float32
+
+
+#: The matmuls a chain starts and ends at. Half inputs are converted to float32 as the
+#: tiles are loaded, and everything between the matmuls is computed in float32 (see
+#: ``in_float32``): the result differs from the reference's node-by-node half rounding
+#: by about one half-precision rounding, as a FlashAttention kernel's does.
+CHAIN_DTYPES = (float32, float16, bfloat16)
 
 
 @dataclass(frozen=True)

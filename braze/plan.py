@@ -45,7 +45,7 @@ from .runtime import cpu, memory
 from .runtime import reference
 from .schedule import ExternStep, KernelStep, schedule
 from .stats import COUNTERS
-from .stream import NodeQueue
+from .stream import NodeQueue, set_fused_executor
 
 
 @dataclass
@@ -686,3 +686,6 @@ def clear() -> None:
     _root = TrieNode()
     _count = 0
     _variants.clear()
+
+
+set_fused_executor(sys.modules[__name__])  # the stream flushes through this module

@@ -10,16 +10,13 @@ it could not produce, so reading them raises that error instead of garbage.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .device import Device
 from .dtypes import DType
 from .errors import BrazeError
-
-if TYPE_CHECKING:
-    from .stream import Node
 
 _ids = itertools.count()
 
@@ -34,7 +31,7 @@ class Storage:
         self.device = device
         self.numel = numel
         self.array = array
-        self.producer: Node | None = None
+        self.producer: Any = None  # the node that computes it (a stream.Node), while pending
         self.error: BaseException | None = None
         self.readonly = readonly
         self.owner = owner  # keeps what the array points into alive (an mmap, a file)

@@ -18,35 +18,10 @@ from __future__ import annotations
 import os
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
-from .layout import Layout
-from .ops.registry import OpDef
+from .node import Node, Operand
 from .stats import COUNTERS
-from .storage import Storage
-
-
-@dataclass(slots=True)
-class Operand:
-    """A tensor as a node sees it: which storage, viewed through which layout."""
-
-    storage: Storage
-    layout: Layout
-
-
-@dataclass(slots=True, eq=False)
-class Node:
-    op: OpDef
-    inputs: tuple[Operand, ...]
-    outputs: tuple[Operand, ...]
-    attrs: dict[str, Any]
-
-    def __repr__(self) -> str:
-        ins = ", ".join(f"#{o.storage.id}{list(o.layout.shape)}" for o in self.inputs)
-        outs = ", ".join(f"#{o.storage.id}" for o in self.outputs)
-        attrs = "".join(f", {k}={v!r}" for k, v in self.attrs.items())
-        return f"{outs} = {self.op.name}({ins}{attrs})"
 
 
 class Tracker(Protocol):
@@ -184,16 +159,19 @@ def fusion_enabled() -> bool:
     return os.environ.get("BRAZE_FUSION", "1").strip() != "0"
 
 
-_plan: Any = None  # braze.plan, bound at its first use: it imports this module
+_plan: Any = None  # the fused executor (braze.plan): it imports this module, and registers itself
+
+
+def set_fused_executor(module: Any) -> None:
+    """``braze.plan`` registers itself (``execute``, ``Form``) when imported; the
+    package imports it, so it always is before a flush."""
+    global _plan
+    _plan = module
 
 
 def _plan_module() -> Any:
-    """``braze.plan`` without an import statement on every flush (one costs ~1.5 us
-    warm, and runs importlib's Python code, slow when the caches are cold)."""
-    global _plan
     if _plan is None:
-        from . import plan
-        _plan = plan
+        raise RuntimeError("internal: braze.plan was not imported (import braze, not its modules alone)")
     return _plan
 
 

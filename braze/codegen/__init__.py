@@ -1,1 +1,4 @@
-"""Renderers from the loop IR to source code: ``c.py`` (C + OpenMP) and ``cmath.h``."""
+"""Renderers from the loop IR to source code: ``c.py`` (C + OpenMP, with ``cmath.h``),
+``chain.py`` (chain kernels, ``tile.h``) and ``quant.py`` (quantized matmuls, ``quant.h``)."""
+
+from . import c, chain  # noqa: F401  (chain registers its renderer with c)

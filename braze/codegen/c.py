@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from math import prod
-from typing import Any
+from typing import Any, Callable
 
 from .. import dtypes as dt
 from .. import ir
@@ -618,6 +618,11 @@ def _streams(k: ir.Kernel) -> bool:
     return _footprint(k) >= llc_bytes()
 
 
+#: The renderer of chain kernels (``codegen/chain.py``, which builds on this module and
+#: registers itself here when imported: the package imports it, so it always is).
+CHAIN_RENDERER: Callable[[ir.Kernel, list[str], dict[ir.Expr, str]], str] | None = None
+
+
 def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str) -> str:
     """The C source of one kernel: ``void name(void **args, int64_t nthreads)``."""
     if isinstance(k, (ir.QLinear, ir.QRows)):
@@ -633,9 +638,9 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str) -> str:
     if rows == 0:  # no row to compute (and a size-0 dim must not reach a % 0)
         return "\n".join(lines + ["    (void)nthreads;", "}"])
     hoisted = _hoist(k, lines) if row_len else {}
-    from .chain import chain_source, is_chain  # chain.py builds on this module's renderer
-    if is_chain(k):
-        return chain_source(k, lines, hoisted)
+    if any(isinstance(s, ir.Contract) for s in k.stages):  # a chain kernel: chain.py's renderer
+        assert CHAIN_RENDERER is not None, "braze.codegen.chain registers the chain renderer when imported"
+        return CHAIN_RENDERER(k, lines, hoisted)
     if _column_reduction(k):
         return _column_source(k, lines, hoisted)
     total = rows * max(row_len, 1)

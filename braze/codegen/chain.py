@@ -41,7 +41,7 @@ from math import prod
 
 from .. import dtypes as dt
 from .. import ir
-from ..schedule.chain import CHAIN_DTYPES  # a scale or mask may load as any of them (converted to float)
+from . import c as _c
 from .c import _OMP, Renderer, _passes, converted, _reduce_init, _reduce_update, _safe, moved, repaired, repaired_when_moved
 
 BQ = 48  # rows per task (a multiple of the GEMM tile's 6): each packed B and V tile serves them all
@@ -58,10 +58,6 @@ PARALLEL_FLOPS = 6_000_000
 def tile_bytes(d: int, e: int) -> int:
     """Stack bytes of one task's tiles for head dims ``d`` (scores) and ``e`` (values)."""
     return 4 * (BQ * d + d * BK + 2 * BQ * BK + BK * e + BQ * e)
-
-
-def is_chain(k: ir.Kernel) -> bool:
-    return any(isinstance(s, ir.Contract) for s in k.stages)
 
 
 def _the_dot(k: ir.Kernel) -> ir.Dot:
@@ -131,7 +127,7 @@ def _skip_rule(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> _Skip | None:
     if x.name == "add" and x.dtype is dt.float32:
         for t, m in (x.args, x.args[::-1]):
             scaled = _scaled_dot(t, dot, n_outer)
-            if scaled is not None and m.dtype in CHAIN_DTYPES and dot not in set(ir.walk(m)) \
+            if scaled is not None and m.dtype in ir.CHAIN_DTYPES and dot not in set(ir.walk(m)) \
                     and not any(isinstance(a, ir.Acc) for a in ir.walk(m)):
                 f, divides = scaled
                 if f is not None and divides:
@@ -154,7 +150,7 @@ def _scaled_dot(e: ir.Expr, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr | None, 
     a, b = e.args
     if e.name == "mul" and b == dot:
         a, b = b, a
-    if a != dot or b.dtype not in CHAIN_DTYPES or ir.uses_inner(b, n_outer) \
+    if a != dot or b.dtype not in ir.CHAIN_DTYPES or ir.uses_inner(b, n_outer) \
             or any(isinstance(x, (ir.Dot, ir.Acc)) for x in ir.walk(b)):
         return None
     return b, e.name == "div"
@@ -783,3 +779,6 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     out.append("    free(tilememo);")
     out.append("}")
     return "\n".join(out)
+
+
+_c.CHAIN_RENDERER = chain_source  # codegen/c.py renders chain kernels through this module

@@ -10,17 +10,14 @@ as soon as its last reader has run, as in eager execution.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import BrazeError
+from ..node import Node, Operand
 from ..stats import COUNTERS
 from ..storage import block_bytes, strided
 from . import memory
-
-if TYPE_CHECKING:
-    from ..stream import Node, Operand
 
 
 def operand_array(operand: "Operand", writeable: bool = False) -> np.ndarray:

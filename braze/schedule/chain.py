@@ -32,7 +32,7 @@ value the chain reads from outside has been produced.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import dtypes as dt
 from .. import ir
@@ -40,18 +40,15 @@ from ..layout import Layout
 from ..ops.lowering import REDUCTIONS
 from . import repair
 
-if TYPE_CHECKING:
-    from .fuse import Group, Scheduler
+from .group import Group, Value, affine
+
+Scheduler = Any  # fuse.Scheduler, which builds chains through this module (it imports it)
 
 #: A chain kernel keeps its tiles on each thread's stack: head dims whose tiles would
 #: need more than this are not fused.
 TILE_BYTES = 512 * 1024
 
-#: The matmuls a chain starts and ends at. Half inputs are converted to float32 as the
-#: tiles are loaded, and everything between the matmuls is computed in float32 (see
-#: ``in_float32``): the result differs from the reference's node-by-node half rounding
-#: by about one half-precision rounding, as a FlashAttention kernel's does.
-CHAIN_DTYPES = (dt.float32, dt.float16, dt.bfloat16)
+CHAIN_DTYPES = ir.CHAIN_DTYPES  # the matmuls a chain starts and ends at (see ir.py)
 
 
 def in_float32(e: ir.Expr) -> ir.Expr:
@@ -140,8 +137,6 @@ def _batch_map(rank: int, batch: int) -> list[int | None]:
 def build(s: "Scheduler", chain: Chain) -> str:
     """Build the chain's kernel; '' on success, or why not (then nothing is changed
     that the usual scheduling cannot continue from)."""
-    from .fuse import Group, Value, affine
-
     nodes = s.nodes
     first, last = nodes[chain.first], nodes[chain.last]
     out = first.outputs[0]

@@ -34,9 +34,9 @@ from ..layout import Layout, Shape
 from ..ops.lowering import REDUCTIONS, ReduceSpec
 from . import recompute
 from . import chain
+from .group import Group, Key, Value, affine
 from ..codegen import quant as quant_kernels
 
-Key = int  # a storage's relative id within the flushed stream
 ROW_MIN = 1024
 
 
@@ -51,43 +51,6 @@ def refuse(node: Any, reason: str) -> None:
     """Say why a fusion did not happen (``BRAZE_DEBUG=1``)."""
     if _debug() >= 1:
         print(f"braze: not fused: {node.op.name}: {reason}", file=sys.stderr)
-
-
-@dataclass
-class Value:
-    """A node's output as its group computes it."""
-
-    expr: ir.Expr
-    index: ir.Affine  # where its contiguous output would live, in group coordinates
-    row: bool  # constant along the row (a reduction result or a function of one)
-    shape: Shape
-    dims: tuple[int | None, ...] = ()  # the value's dims -> group coordinates
-
-
-@dataclass
-class Group:
-    gid: int
-    outer: Shape
-    inner: Shape
-    elem_shape: Shape  # the element-level node shape, in its own dim order
-    elem_map: tuple[int, ...]  # elem dim -> coordinate
-    row_shapes: dict[Shape, tuple[int | None, ...]] = field(default_factory=dict)  # row-level shape -> dim map
-    stages: list[ir.Stage] = field(default_factory=list)
-    values: dict[Key, Value] = field(default_factory=dict)
-    members: list[int] = field(default_factory=list)
-    #: kernel argument of each storage read from memory: keyed by the storage, or, for a
-    #: tensor that exists before the flush, by (storage, offset): the offset (a slice
-    #: bound) is then a placeholder, added to the argument's pointer at run time
-    loads: dict[Any, int] = field(default_factory=dict)
-    loaded: set[Key] = field(default_factory=set)  # storages read from memory
-    refs: dict[int, tuple[int, int]] = field(default_factory=dict)  # argument -> (node, input)
-    deps: set[int] = field(default_factory=set)
-    slices: list[tuple[Key, ir.Affine, ir.Expr]] = field(default_factory=list)  # cat: writes into slices
-    contract: tuple[Key, ir.Contract] | None = None  # a chain kernel's second matmul
-
-    @property
-    def ndim(self) -> int:
-        return len(self.outer) + len(self.inner)
 
 
 @dataclass
@@ -111,15 +74,6 @@ class ExternStep:
 class Schedule:
     steps: list[KernelStep | ExternStep]
     materialized: set[Key]
-
-
-def affine(layout: Layout, dim_map: Sequence[int | None], ndim: int) -> ir.Affine:
-    """A node operand's layout as an affine index over group coordinates."""
-    coeffs = [0] * ndim
-    for size, stride, c in zip(layout.shape, layout.strides, dim_map):
-        if size != 1 and c is not None:
-            coeffs[c] += stride
-    return ir.Affine(layout.offset, tuple(coeffs))
 
 
 class Scheduler:

@@ -1,0 +1,59 @@
+"""What the scheduler builds a kernel from: a group of nodes, the values it computes,
+and the affine index of a layout in the group's coordinates. Shared by the fusing
+scheduler (``fuse.py``) and the chain builder (``chain.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .. import ir
+from ..layout import Layout, Shape
+
+Key = int  # a storage's relative id within the flushed stream
+
+
+@dataclass
+class Value:
+    """A node's output as its group computes it."""
+
+    expr: ir.Expr
+    index: ir.Affine  # where its contiguous output would live, in group coordinates
+    row: bool  # constant along the row (a reduction result or a function of one)
+    shape: Shape
+    dims: tuple[int | None, ...] = ()  # the value's dims -> group coordinates
+
+
+@dataclass
+class Group:
+    gid: int
+    outer: Shape
+    inner: Shape
+    elem_shape: Shape  # the element-level node shape, in its own dim order
+    elem_map: tuple[int, ...]  # elem dim -> coordinate
+    row_shapes: dict[Shape, tuple[int | None, ...]] = field(default_factory=dict)  # row-level shape -> dim map
+    stages: list[ir.Stage] = field(default_factory=list)
+    values: dict[Key, Value] = field(default_factory=dict)
+    members: list[int] = field(default_factory=list)
+    #: kernel argument of each storage read from memory: keyed by the storage, or, for a
+    #: tensor that exists before the flush, by (storage, offset): the offset (a slice
+    #: bound) is then a placeholder, added to the argument's pointer at run time
+    loads: dict[Any, int] = field(default_factory=dict)
+    loaded: set[Key] = field(default_factory=set)  # storages read from memory
+    refs: dict[int, tuple[int, int]] = field(default_factory=dict)  # argument -> (node, input)
+    deps: set[int] = field(default_factory=set)
+    slices: list[tuple[Key, ir.Affine, ir.Expr]] = field(default_factory=list)  # cat: writes into slices
+    contract: tuple[Key, ir.Contract] | None = None  # a chain kernel's second matmul
+
+    @property
+    def ndim(self) -> int:
+        return len(self.outer) + len(self.inner)
+
+
+def affine(layout: Layout, dim_map: Sequence[int | None], ndim: int) -> ir.Affine:
+    """A node operand's layout as an affine index over group coordinates."""
+    coeffs = [0] * ndim
+    for size, stride, c in zip(layout.shape, layout.strides, dim_map):
+        if size != 1 and c is not None:
+            coeffs[c] += stride
+    return ir.Affine(layout.offset, tuple(coeffs))
