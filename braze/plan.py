@@ -594,11 +594,6 @@ class Ran:
 observers: list[list[Ran | None]] = []
 
 
-def run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
-    """Run a plan over the given nodes and storages (a captured step's replay)."""
-    _run(plan, nodes, storages)
-
-
 def _finish_before(nodes: Sequence[Any], failed: int) -> None:
     """A data-dependent error in an extern step (an index out of range): compute every
     result recorded before the failing node that a fused kernel had not produced yet,
