@@ -65,11 +65,9 @@ class _Segment:
     storages: list[Any]
     moving: dict[int, list[_Moving]]  # node index -> its operands that move
     values: list[tuple[np.ndarray, np.ndarray, np.ndarray]]  # (private array, first value, per position)
-    #: per plan step: a kernel's function, its argument array (built once) and the
-    #: arguments that move ((index, storage address, first offset in bytes, bytes per
-    #: position); an address -1 - k: storage k's, made by an extern step each run); or
-    #: an extern step's node index
-    steps: list[tuple[Any, Any, list[tuple[int, int, int, int]]] | int] = field(default_factory=list)
+    #: per kernel: its function, its argument array (built once) and the arguments that
+    #: move ((index, storage address, first offset in bytes, bytes per position))
+    steps: list[tuple[Any, Any, list[tuple[int, int, int, int]]]] = field(default_factory=list)
     arena: np.ndarray | None = None  # the plan's arena, held for the capture's life
 
 
@@ -146,12 +144,12 @@ class StepCapture:
             if isinstance(seg, str):
                 return seg
             segments.append(seg)
+        extern = next((seg.nodes[st.node].op.name for seg in segments for st in seg.plan.steps
+                       if isinstance(st, planmod.ExternStep)), None)
+        if extern is not None:
+            return f"an extern step ({extern}) is not compiled code: the step cannot be one call"
         for seg in segments:
             _prepare(seg)
-        why = next((f"an extern step ({seg.nodes[st].op.name})" for seg in segments for st in seg.steps
-                    if isinstance(st, int)), "")
-        if why:
-            return f"{why} is not compiled code: the step cannot be one call"
         try:
             self.driver = _Driver(segments)
         except ValueError as e:
@@ -205,8 +203,8 @@ def _segment(a: Any, b: Any, c: Any, made: list[set[int]]) -> _Segment | str:
 def _prepare(seg: _Segment) -> None:
     """Bind the plan's buffers once (its arena held by the capture, its outputs
     allocated) and build each kernel's argument array, so that a replay only writes
-    the moving pointers and calls. An extern step is kept as its node index (the
-    capture then refuses the step: it would not be one call)."""
+    the moving pointers and calls. Every step is a kernel (``_build`` refused extern
+    steps), so every buffer is bound here, once."""
     plan, storages, nodes = seg.plan, seg.storages, seg.nodes
     if plan.offsets:
         seg.arena = memory.arena(plan.arena_bytes)
@@ -214,10 +212,7 @@ def _prepare(seg: _Segment) -> None:
         for k, off in plan.offsets.items():
             st = storages[k]
             st.bind(seg.arena[off:off + st.numel * st.dtype.itemsize].view(st.dtype.np), base + off)
-    for i, step in enumerate(plan.steps):
-        if isinstance(step, planmod.ExternStep):
-            seg.steps.append(step.node)
-            continue
+    for step in plan.steps:
         kstep = step.step
         for k in kstep.outputs:
             st = storages[k]
@@ -227,9 +222,6 @@ def _prepare(seg: _Segment) -> None:
         moving = []
         for j, (k, r) in enumerate(zip(kstep.args, kstep.refs)):
             st = storages[k]
-            if st.array is None:  # an extern step's result: a new array every run
-                moving.append((j, -1 - k, 0, 0))
-                continue
             if r is None:
                 ptrs[j] = st.address()
                 continue
@@ -285,15 +277,11 @@ class _Driver:
                 v0.append(float(first.reshape(-1)[0]))
                 dv.append(float(step.reshape(-1)[0]))
                 self.keep.append(arr)
-            for st in seg.steps:
-                assert not isinstance(st, int)
-                fn, ptrs, moving = st
+            for fn, ptrs, moving in seg.steps:
                 fns.append(ctypes.cast(fn, ctypes.c_void_p).value)
                 argvs.append(ctypes.addressof(ptrs))
                 self.keep.append(ptrs)
                 for j, address, off, d in moving:
-                    if address < 0:
-                        raise ValueError("an argument is made anew by every run: the step cannot be one call")
                     slots.append(ctypes.addressof(ptrs) + j * ptr_size)
                     base.append(address + off)
                     delta.append(d)

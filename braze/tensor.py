@@ -36,6 +36,7 @@ from .errors import (
     Unsupported,
 )
 from .layout import Layout, Shape, broadcast_shapes, normalize_dim, normalize_dims
+from .ops.quant import check_block_rows, weight_type
 from .ops.registry import REGISTRY
 from .runtime import memory
 from .stats import COUNTERS
@@ -1446,7 +1447,6 @@ def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
 def _block_attrs(op: str, w: Tensor) -> dict[str, Any]:
     """The attributes of an op over a weight kept in its file's type (its GGML type
     and row width), after checking that a block tensor's view keeps whole blocks."""
-    from .ops.quant import check_block_rows, weight_type
     check_block_rows(op, w.dtype, w._layout)
     return {"qtype": weight_type(op, w.dtype).name}
 

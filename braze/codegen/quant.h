@@ -57,7 +57,6 @@ typedef uint8_t braze_u8x16 __attribute__((vector_size(16), aligned(1), may_alia
 typedef uint8_t braze_u8x32 __attribute__((vector_size(32), aligned(1), may_alias));
 #define BRAZE_U16(p) (*(const braze_u8x16 *)(p))
 #define BRAZE_U32(p) (*(const braze_u8x32 *)(p))
-#define BRAZE_PUT16(p, v) (*(braze_u8x16 *)(p) = (v))
 #define BRAZE_PUT32(p, v) (*(braze_u8x32 *)(p) = (v))
 
 static inline void braze_nibbles32(const uint8_t *restrict qs, uint8_t *restrict q) {

@@ -188,6 +188,13 @@ class Scheduler:
                 self.extern(n, node)
 
     def extern(self, i: int, node: Any) -> None:
+        self.settle(node)
+        self.steps.append(ExternStep(i))
+
+    def settle(self, node: Any) -> None:
+        """Before a step of its own (extern or a library kernel): close the groups whose
+        results it reads (every open group for a write, so reads recorded before it run
+        first) and store its inputs."""
         if node.op.inplace:
             for g in list(self.open):
                 self.close(g)
@@ -196,7 +203,6 @@ class Scheduler:
             if src is not None and src in self.open:
                 self.close(src)
             self.materialized.add(self.key(o.storage))
-        self.steps.append(ExternStep(i))
 
     def qlinear(self, i: int, node: Any) -> bool:
         """A quantized matmul: a kernel step of its own (``ir.QLinear``) after the groups
@@ -217,8 +223,7 @@ class Scheduler:
         if why:
             refuse(node, why + ": runs as an extern step")  # plan.py says so on stderr, once
             return False
-        self.extern(i, node)  # closes the producers of x and w, marks them stored
-        self.steps.pop()
+        self.settle(node)
         wd = w.storage.dtype
         ref = [None if o.storage.array is None else (i, j) for j, o in enumerate(node.inputs)]
         kernel = ir.QLinear(qtype, m, n, k, lda=xl.strides[0] if m > 1 else k, ldw=wd.nbytes(wl.strides[0]),
@@ -236,8 +241,7 @@ class Scheduler:
                 or ids.layout.shape[0] > 1 and ids.layout.strides[0] != 1 \
                 or w.layout.shape[1] > 1 and w.layout.strides[1] != 1:
             return False  # the kernel reads ids and each table row contiguously
-        self.extern(i, node)
-        self.steps.pop()
+        self.settle(node)
         wd = w.storage.dtype
         kernel = ir.QRows(node.attrs["qtype"], ids.layout.shape[0], w.layout.shape[1], wd.nbytes(w.layout.strides[0]),
                           w.layout.shape[0], ids.storage.dtype.itemsize == 8)
@@ -258,8 +262,7 @@ class Scheduler:
                 or src.storage.dtype is not dst.storage.dtype or dst.storage.array is None
                 or dst.storage.dtype.is_block):
             return False  # a block tensor's bytes are copied by the reference (numpy)
-        self.extern(i, node)  # closes every open group; marks the source stored
-        self.steps.pop()
+        self.settle(node)  # a write: closes every open group first
         nd = len(shape)
         dims = tuple(range(nd))
         si = affine(src.layout, dims, nd)
