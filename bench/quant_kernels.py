@@ -3,8 +3,8 @@
 For each type: random blocks (finite float16 scales) of a (1536, 576) matrix (SmolLM2's
 FFN up/gate: 0.3-1 MB, in the L2/L3 caches) and of a (49152, 576) one (its output
 matrix: 15-60 MB, streamed from DRAM); x of 1 row (decoding) in each of the kernel's
-three dots (``codegen/quant.py``'s ``MODE``: 0 float in registers, 1 int8 VNNI, 2
-int16), and of 128 rows (prefill: the GEMM path). Each kernel is rendered from
+four dots (``codegen/quant.py``'s ``MODE``: 0 float in registers, 1 int8 VNNI, 2
+int16, 3 int8x2), and of 128 rows (prefill: the GEMM path). Each kernel is rendered from
 ``codegen/quant.h`` exactly as a plan renders it, compiled by braze's compiler, and
 called through ctypes; median of 15 calls after 3 warm-up calls, 1 thread.
 
@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     k = 576
     sizes = [1536] + ([49152] if args.big else [])
     print(f"CPU: {platform.processor() or platform.machine()}; 1 thread; median of 15 calls")
-    print("| type | rows | MB | float us | int8 us | int16 us | mode used | GB/s (used) | prefill m=128 GFLOP/s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| type | rows | MB | float us | int8 us | int16 us | int8x2 us | mode used | GB/s (used) | prefill m=128 GFLOP/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for q in args.types.split(","):
         qtype = GGMLType[q]
         for n in sizes:
@@ -77,11 +77,11 @@ def main(argv: list[str] | None = None) -> int:
             x = rng.standard_normal((128, k)).astype(np.float32)
             y = np.zeros((128, n), np.float32)
             argv_ = (ctypes.c_void_p * 3)(x.ctypes.data, raw.ctypes.data, y.ctypes.data)
-            us = [timed(kernel(q, 1, n, k, mode), argv_) * 1e6 for mode in (0, 1, 2)]
+            us = [timed(kernel(q, 1, n, k, mode), argv_) * 1e6 for mode in (0, 1, 2, 3)]
             used = qk.MODE[q]
             gemm = timed(kernel(q, 128, n, k, used), argv_, reps=3 if n > 10000 else 7)
-            print(f"| {q} | {n} | {raw.size / 1e6:.2f} | {us[0]:.1f} | {us[1]:.1f} | {us[2]:.1f} | "
-                  f"{['float', 'int8', 'int16'][used]} | {raw.size / us[used] / 1e3:.1f} | "
+            print(f"| {q} | {n} | {raw.size / 1e6:.2f} | {us[0]:.1f} | {us[1]:.1f} | {us[2]:.1f} | {us[3]:.1f} | "
+                  f"{['float', 'int8', 'int16', 'int8x2'][used]} | {raw.size / us[used] / 1e3:.1f} | "
                   f"{2 * 128 * n * k / gemm / 1e9:.0f} |")
     return 0
 

@@ -1,10 +1,13 @@
 """Real models against Hugging Face transformers' outputs (tests/data, made by
 scripts/make_reference.py) and against known answers.
 
-Tolerances: logits within 2e-3 absolute (float32 through 30 layers, different
-summation orders; the reference's own KV-cache-vs-full-forward difference is ~5e-5);
-greedy token ids exactly equal; MiniLM embeddings within 1e-4 per component and the
-known cosines within 1e-3.
+Tolerances: greedy token ids exactly equal at every step. Logits (~25 at the top)
+within 2.5e-2 absolute with the quantized kernels: decoding rounds x to 15 bits per
+block of 32 (codegen/quant.py's int8x2 dot; measured 1.7e-2, int8 would be 4.6 and
+change the greedy ids); within 2e-3 with the weights dequantized to float32 (float32
+through 30 layers in different summation orders; measured 1e-4, the reference's own
+KV-cache-vs-full-forward difference ~5e-5). MiniLM embeddings within 1e-4 per
+component and the known cosines within 1e-3.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import braze
 import braze.generate
 from braze.models.bert import cosine_matrix
 
-LOGIT_ATOL = 2e-3
+LOGIT_ATOL = 2.5e-2  # the quantized kernels
+FLOAT_LOGIT_ATOL = 2e-3  # the weights dequantized to float32
 
 
 def _teacher_forced(model: Any, prompt: list[int], cont: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -31,9 +35,9 @@ def _teacher_forced(model: Any, prompt: list[int], cont: list[int]) -> tuple[np.
     return prompt_logits, steps
 
 
-def _check_top(logits: np.ndarray, top: dict[str, list[Any]], where: str) -> None:
+def _check_top(logits: np.ndarray, top: dict[str, list[Any]], where: str, atol: float = LOGIT_ATOL) -> None:
     ids, values = np.asarray(top["ids"]), np.asarray(top["values"], dtype=np.float32)
-    np.testing.assert_allclose(logits[ids], values, atol=LOGIT_ATOL, rtol=0, err_msg=where)
+    np.testing.assert_allclose(logits[ids], values, atol=atol, rtol=0, err_msg=where)
     assert int(np.argmax(logits)) == ids[0], where
 
 
@@ -51,6 +55,19 @@ def test_logits_and_greedy_ids_match_transformers(smollm: Any, smollm_reference:
     for step, top in enumerate(ref["steps"]):
         _check_top(steps[step], top, f"{ref['name']} generated step {step}")
         assert int(np.argmax(steps[step])) == ref["greedy_ids"][step]
+
+
+@pytest.mark.slow
+def test_dequantized_weights_match_transformers_closely(smollm_reference: dict[str, Any]) -> None:
+    """Float32 weights (every matmul a float dot): the tighter bound, on the longest prompt."""
+    from braze.models import load_llm
+    model = load_llm(dequantize=True).model
+    ref = smollm_reference["prompts"][3]
+    prompt_logits, steps = _teacher_forced(model, ref["input_ids"], ref["greedy_ids"])
+    for pos, top in enumerate(ref["prompt_top_logits"]):
+        _check_top(prompt_logits[pos], top, f"{ref['name']} prompt position {pos}", FLOAT_LOGIT_ATOL)
+    for step, top in enumerate(ref["steps"]):
+        _check_top(steps[step], top, f"{ref['name']} generated step {step}", FLOAT_LOGIT_ATOL)
 
 
 def test_free_running_greedy_generation_equals_reference(smollm: Any, smollm_reference: dict[str, Any]) -> None:

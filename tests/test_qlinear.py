@@ -50,8 +50,7 @@ def weight(qtype: GGMLType, n: int, k: int, seed: int = 0, scale: float = 0.05) 
 
 def levels(qtype: str, m: int) -> int:
     """The integer range x is rounded to for this type's decoding dot (0: x stays float)."""
-    mode = qk.MODE.get(qtype, 0) if m <= 8 else 0
-    return {0: 0, 1: 127, 2: 32767}[mode]
+    return qk.LEVELS[qk.MODE.get(qtype, 0) if m <= 8 else 0]
 
 
 def tolerance(w: np.ndarray, x: np.ndarray, top: int) -> np.ndarray:
@@ -177,11 +176,11 @@ def test_model_weights_stay_quantized(smollm: Any) -> None:
     assert blk.attn_norm.weight.dtype is braze.float32
 
 
-@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("mode", sorted(qk.LEVELS))
 @pytest.mark.parametrize("qtype", [GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q3_K, GGMLType.Q6_K],
                          ids=lambda t: t.name)
 def test_every_decoding_mode_of_the_kernel(qtype: GGMLType, mode: int) -> None:
-    """The kernel's three decoding dots (float, int8, int16), whichever MODE picks for
+    """The kernel's four decoding dots (float, int8, int16, int8x2), whichever MODE picks for
     a type, built directly from quant.h and called on numpy arrays: each within its
     own rounding bound of the float64 product."""
     import ctypes
@@ -202,7 +201,7 @@ def test_every_decoding_mode_of_the_kernel(qtype: GGMLType, mode: int) -> None:
     args = (ctypes.c_void_p * 3)(x.ctypes.data, raw.ctypes.data, y.ctypes.data)
     fn(args, 1)
     ref = x.astype(np.float64) @ wf.T
-    tol = tolerance(wf, x.astype(np.float64), {0: 0, 1: 127, 2: 32767}[mode])
+    tol = tolerance(wf, x.astype(np.float64), qk.LEVELS[mode])
     assert np.all(np.abs(y - ref) <= tol)
 
 

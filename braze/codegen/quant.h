@@ -209,12 +209,23 @@ static inline float braze_block_scale(const float *xb, float top, float *inv) {
     return dd;
 }
 
-static inline void braze_quantize_row(const float *x, int64_t k, int8_t *q, float *d, float *sum16) {
+/* x row -> int8 blocks of 32. With lo (the int8x2 dot), x is rounded to 1/16256 of its
+ * block's max instead of 1/127 and split as 128 hi + lo, hi in [-127, 127], lo in
+ * [-64, 63]: two int8 dots give the precision of a 15-bit one. */
+static inline void braze_quantize_row(const float *x, int64_t k, int8_t *q, int8_t *lo, float *d, float *sum16) {
     for (int64_t b = 0; b < k / 32; b++) {
         const float *xb = x + 32 * b;
         float id;
-        d[b] = braze_block_scale(xb, 127.0f, &id);
-        for (int i = 0; i < 32; i++) q[32 * b + i] = (int8_t)lrintf(xb[i] * id);
+        d[b] = braze_block_scale(xb, lo ? 16256.0f : 127.0f, &id);
+        for (int i = 0; i < 32; i++) {
+            int32_t v = (int32_t)lrintf(xb[i] * id);
+            if (lo) {
+                int32_t h = (v + 64) >> 7;  /* arithmetic shift: v / 128 rounded */
+                q[32 * b + i] = (int8_t)h;
+                lo[32 * b + i] = (int8_t)(v - 128 * h);
+            } else
+                q[32 * b + i] = (int8_t)v;
+        }
         float s0 = 0.0f, s1 = 0.0f;
         for (int i = 0; i < 16; i++) { s0 += xb[i]; s1 += xb[16 + i]; }
         sum16[2 * b] = s0; sum16[2 * b + 1] = s1;
@@ -250,19 +261,23 @@ static inline __attribute__((always_inline)) float braze_offsets(const int BS, c
     return off;
 }
 
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define BRAZE_DPBUSD _mm256_dpbusd_epi32
+#else
+#define BRAZE_DPBUSD _mm256_dpbusd_avx_epi32
+#endif
+/* xl: the low parts of x (int8x2) or NULL (int8), a constant where inlined */
 static inline __attribute__((always_inline)) void braze_qblock(const int BS, const int CH,
         const uint8_t *restrict q, const float *restrict s, const float *restrict o, const int8_t *restrict xq,
-        const float *restrict dx, const float *restrict sum16, braze_qacc *acc, float *off) {
+        const int8_t *restrict xl, const float *restrict dx, const float *restrict sum16, braze_qacc *acc,
+        float *off) {
     *off += braze_offsets(BS, CH, o, sum16);
 #ifdef BRAZE_VNNI
     for (int u = 0; u < BS / 32; u++) {
         __m256i qv = _mm256_loadu_si256((const __m256i *)(q + 32 * u));
         __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * u));
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-        __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), qv, xv);
-#else
-        __m256i p = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), qv, xv);
-#endif
+        __m256i p = BRAZE_DPBUSD(_mm256_setzero_si256(), qv, xv);
+        if (xl) p = BRAZE_DPBUSD(_mm256_slli_epi32(p, 7), qv, _mm256_loadu_si256((const __m256i *)(xl + 32 * u)));
         __m256 sv = CH == 32 ? _mm256_set1_ps(s[u] * dx[u])
                              : _mm256_set_m128(_mm_set1_ps(s[2 * u + 1] * dx[u]), _mm_set1_ps(s[2 * u] * dx[u]));
         *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sv, *acc);
@@ -270,7 +285,8 @@ static inline __attribute__((always_inline)) void braze_qblock(const int BS, con
 #else
     for (int c = 0; c < BS / 16; c++) {
         int32_t t = 0;
-        for (int i = 0; i < 16; i++) t += (int32_t)q[16 * c + i] * (int32_t)xq[16 * c + i];
+        for (int i = 0; i < 16; i++)
+            t += (int32_t)q[16 * c + i] * (xl ? 128 * (int32_t)xq[16 * c + i] + xl[16 * c + i] : (int32_t)xq[16 * c + i]);
         *acc += s[c * 16 / CH] * dx[c / 2] * (float)t;
     }
 #endif
@@ -426,8 +442,8 @@ static void braze_rowf_##T(const uint8_t *w, int64_t k, float *out) {           
         for (int i = 0; i < BS; i++) out[b * BS + i] = s[i / CH] * (float)q[i] + o[i / CH];                  \
     }                                                                                                        \
 }                                                                                                            \
-/* R rows of W (R a literal) against one x row, as MODE says: x float (0), int8 (1) or  \
- * int16 (2) in blocks of 32 with scales dx; y[0..R) */                                                      \
+/* R rows of W (R a literal) against one x row, as MODE says: x float (0), int8 (1),   \
+ * int16 (2) or int8x2 (3) in blocks of 32 with scales dx; y[0..R) */                                                      \
 static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int64_t k, const uint8_t *w,      \
         int64_t ldw, const void *x, const float *dx, const float *xs, float *y) {                             \
     braze_vf accf[4] = {{0}, {0}, {0}, {0}};                                                                 \
@@ -435,30 +451,34 @@ static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int6
     float off[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                 \
     for (int64_t b = 0; b < k / BS; b++) {                                                                   \
         uint8_t q[4][BS] __attribute__((aligned(32))); float s[4][BS / CH], o[4][BS / CH];                   \
-        /* 8R rows ahead: the hardware prefetcher alone kept a 30 MB matrix at 6 GB/s (12.7 with) */         \
-        for (int r = 0; r < R; r++) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS);                      \
+        /* 8R rows ahead, into L2 (prefetcht1): the hardware prefetcher alone streamed a 30 MB      \
+         * Q8_0 matrix at 6 GB/s, prefetches into L1 at 8.8 (the L1's few miss buffers), into L2 25 */ \
+        for (int r = 0; r < R; r++) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS, 0, 2);           \
         for (int r = 0; r < R; r++) braze_unpack_##T(w + r * ldw + b * TS, q[r], s[r], o[r]);                \
         for (int r = 0; r < R; r++) {                                                                        \
             const float *sx = xs + b * (BS / 16), *d = dx + b * (BS / 32);                                   \
             if (MODE == 0) braze_fblock(BS, CH, q[r], s[r], o[r], (const float *)x + b * BS, sx, &accf[r], &off[r]); \
-            else if (MODE == 1) braze_qblock(BS, CH, q[r], s[r], o[r], (const int8_t *)x + b * BS, d, sx, &acci[r], &off[r]); \
+            else if (MODE == 1) braze_qblock(BS, CH, q[r], s[r], o[r], (const int8_t *)x + b * BS, NULL, d, sx, &acci[r], &off[r]); \
+            else if (MODE == 3) braze_qblock(BS, CH, q[r], s[r], o[r], (const int8_t *)x + b * BS, (const int8_t *)x + k + b * BS, d, sx, &acci[r], &off[r]); \
             else braze_wblock(BS, CH, q[r], s[r], o[r], (const int16_t *)x + b * BS, d, sx, &accf[r], &off[r]); \
         }                                                                                                    \
     }                                                                                                        \
     for (int r = 0; r < R; r++)                                                                              \
-        y[r] = (MODE == 1 ? braze_qacc_sum(acci[r]) : braze_v8_hsum(braze_vf_add8(accf[r]))) + off[r];       \
+        y[r] = (MODE == 1 || MODE == 3 ? braze_qacc_sum(acci[r]) : braze_v8_hsum(braze_vf_add8(accf[r]))) + off[r];       \
 }                                                                                                            \
 static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda, const uint8_t *w,\
                               int64_t ldw, float *y, int64_t ldy, int64_t nthreads) {                        \
     if (m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, ldw, y, ldy, nthreads, braze_rowf_##T); return; } \
     /* x, once per call: sums per 16 for the offsets; int8/int16 blocks and their scales */                 \
-    const int64_t xsz = MODE == 1 ? 1 : 2;                                                                   \
+    const int64_t xsz = MODE == 1 ? 1 : 2;  /* bytes of x per element: int8x2 keeps hi then lo per row */    \
     float *xs = (float *)braze_q_scratch(0, (size_t)m * ((k / 16) * 4 + (k / 32) * 4 + k * xsz));             \
     float *dx = xs + m * (k / 16);                                                                           \
     char *xq = (char *)(dx + m * (k / 32));                                                                  \
     for (int64_t r = 0; r < m; r++) {                                                                        \
-        if (MODE != 1) braze_sum16(x + r * lda, k, xs + r * (k / 16));                                       \
-        if (MODE == 1) braze_quantize_row(x + r * lda, k, (int8_t *)xq + r * k, dx + r * (k / 32), xs + r * (k / 16)); \
+        if (MODE == 0 || MODE == 2) braze_sum16(x + r * lda, k, xs + r * (k / 16));                                       \
+        if (MODE == 1 || MODE == 3)                                                                          \
+            braze_quantize_row(x + r * lda, k, (int8_t *)xq + r * k * xsz, MODE == 3 ? (int8_t *)xq + r * k * xsz + k : NULL, \
+                               dx + r * (k / 32), xs + r * (k / 16));                                        \
         if (MODE == 2) braze_quantize_row16(x + r * lda, k, (int16_t *)xq + r * k, dx + r * (k / 32));       \
     }                                                                                                        \
     int par = nthreads > 1 && n * ldw >= BRAZE_QPAR_MIN;                                                     \

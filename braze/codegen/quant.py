@@ -18,7 +18,8 @@ from .headers import header
 # block, elements per scale chunk, mode) for the quantized types, BRAZE_FLINEAR(name)
 # for the float ones. The mode says how decoding (few x rows) takes its dot products:
 # 0 dequantizes W in registers against float x; 1 quantizes x to int8 blocks of 32 and
-# takes integer dots (VNNI's vpdpbusd); 2 quantizes x to int16 (vpmaddwd).
+# takes integer dots (VNNI's vpdpbusd); 2 quantizes x to int16 (vpmaddwd); 3 (int8x2)
+# rounds x to 15 bits, kept as two int8 halves, and takes two vpdpbusd per block.
 QTYPES: dict[str, str] = {
     "Q4_0": "BRAZE_QLINEAR(q4_0, 32, 18, 32, {mode})",
     "Q4_1": "BRAZE_QLINEAR(q4_1, 32, 20, 32, {mode})",
@@ -34,14 +35,16 @@ QTYPES: dict[str, str] = {
     "F16": "BRAZE_FLINEAR(f16)",
     "BF16": "BRAZE_FLINEAR(bf16)",
 }
-# Chosen per type by measurement (bench/RESULTS.md, "Quantized matmul kernels"): int8
-# was the fastest for every type (1.2-1.8x the float dot in cache) and is used where
-# nothing asks for more. The default model's types (Q4_1, and Q8_0 for its output
-# matrix) dequantize in registers (0): int8 rounding of x changed SmolLM2's greedy
-# continuations, and int16 (1.3x the float dot for Q4_1) moved its logits 6e-3 from
-# Hugging Face's float32 ones, past the 2e-3 the model tests hold braze to.
-MODE: dict[str, int] = {"Q4_0": 1, "Q4_1": 0, "Q5_0": 1, "Q5_1": 1, "Q8_0": 0, "Q2_K": 1, "Q3_K": 1, "Q4_K": 1,
-                        "Q5_K": 1, "Q6_K": 1}
+# Chosen by measurement (bench/RESULTS.md, "Quantized matmul kernels") and fidelity:
+# int8 is the fastest dot (1.2-1.8x the float one), but rounding x to 8 bits moved
+# SmolLM2's logits by up to 4.6 from Hugging Face's and changed its greedy text; int8x2
+# costs 10-15% more than int8, moves them 1.7e-2 (of ~25; the float dot 1e-4, int16
+# 1.2e-2) with every greedy token the same, and is 1.3-1.5x faster than int16 and the
+# float dot. So every type takes int8x2.
+MODE: dict[str, int] = {q: 3 for q in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+                                       "Q6_K")}
+# per mode, the integers x is rounded to per block of 32: max|x| maps to LEVELS (0: float)
+LEVELS: dict[int, int] = {0: 0, 1: 127, 2: 32767, 3: 16256}
 
 QUANTIZED = frozenset(q for q, line in QTYPES.items() if "QLINEAR" in line)
 _CALL = re.compile(r"braze_(?:qlinear|rowf|row)_(\w+)\b")
