@@ -1,8 +1,9 @@
 """The quantized matmul kernel per GGML type and decoding mode, alone.
 
 For each type: random blocks (finite float16 scales) of a (1536, 576) matrix (SmolLM2's
-FFN up/gate: 0.3-1 MB, in the L2/L3 caches) and of a (49152, 576) one (its output
-matrix: 15-60 MB, streamed from DRAM); x of 1 row (decoding) in each of the kernel's
+FFN up/gate: 0.3-1 MB, in the L2/L3 caches; (576, 1536), its ffn_down, for the K types
+with their 256-element blocks) and of a (49152, 576) one (its output matrix: 15-60 MB,
+streamed from DRAM; (18432, 1536) for the K types); x of 1 row (decoding) in each of the kernel's
 four dots (``codegen/quant.py``'s ``MODE``: 0 float in registers, 1 int8 VNNI, 2
 int16, 3 int8x2), and of 128 rows (prefill: the GEMM path). Each kernel is rendered from
 ``codegen/quant.h`` exactly as a plan renders it, compiled by braze's compiler, and
@@ -65,13 +66,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big", action="store_true", help="also the (49152, 576) matrix streamed from DRAM")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
-    k = 576
-    sizes = [1536] + ([49152] if args.big else [])
     print(f"CPU: {platform.processor() or platform.machine()}; 1 thread; median of 15 calls")
-    print("| type | rows | MB | float us | int8 us | int16 us | int8x2 us | mode used | GB/s (used) | prefill m=128 GFLOP/s |")
+    print("| type | rows x k | MB | float us | int8 us | int16 us | int8x2 us | mode used | GB/s (used) | prefill m=128 GFLOP/s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for q in args.types.split(","):
         qtype = GGMLType[q]
+        # rows of 576 (SmolLM2's width) for the 32-element types, of 1536 (its ffn_down,
+        # where the files keep their K quants) for the 256-element ones
+        k = 576 if DTYPES[qtype].block[0] == 32 else 1536  # type: ignore[index]
+        sizes = [1536 * 576 // k] + ([49152 * 576 // k] if args.big else [])
         for n in sizes:
             raw = blocks(qtype, n, k, rng)
             x = rng.standard_normal((128, k)).astype(np.float32)
@@ -80,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             us = [timed(kernel(q, 1, n, k, mode), argv_) * 1e6 for mode in (0, 1, 2, 3)]
             used = qk.MODE[q]
             gemm = timed(kernel(q, 128, n, k, used), argv_, reps=3 if n > 10000 else 7)
-            print(f"| {q} | {n} | {raw.size / 1e6:.2f} | {us[0]:.1f} | {us[1]:.1f} | {us[2]:.1f} | {us[3]:.1f} | "
+            print(f"| {q} | {n} x {k} | {raw.size / 1e6:.2f} | {us[0]:.1f} | {us[1]:.1f} | {us[2]:.1f} | {us[3]:.1f} | "
                   f"{['float', 'int8', 'int16', 'int8x2'][used]} | {raw.size / us[used] / 1e3:.1f} | "
                   f"{2 * 128 * n * k / gemm / 1e9:.0f} |")
     return 0

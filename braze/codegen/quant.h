@@ -59,6 +59,33 @@ typedef uint8_t braze_u8x32 __attribute__((vector_size(32), aligned(1), may_alia
 #define BRAZE_U32(p) (*(const braze_u8x32 *)(p))
 #define BRAZE_PUT32(p, v) (*(braze_u8x32 *)(p) = (v))
 
+/* 8 bytes as floats (gcc converts byte by byte through scalar registers otherwise) */
+static inline braze_v8 braze_u8x8_to_v8(const uint8_t *p) {
+#if defined(__AVX2__)
+    return (braze_v8)_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+#else
+    braze_v8 r;
+    for (int i = 0; i < 8; i++) r[i] = (float)p[i];
+    return r;
+#endif
+}
+static inline braze_v8 braze_i8x8_to_v8(const int8_t *p) {
+#if defined(__AVX2__)
+    return (braze_v8)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+#else
+    braze_v8 r;
+    for (int i = 0; i < 8; i++) r[i] = (float)p[i];
+    return r;
+#endif
+}
+/* 16 chunks' scales, d times the signed bytes sc, and offsets, bias times the scales */
+static inline void braze_k16_scales(const int8_t *sc, float d, float bias, float *s, float *o) {
+    for (int h = 0; h < 16; h += 8) {
+        braze_v8 v = d * braze_i8x8_to_v8(sc + h);
+        braze_v8_store(s + h, v);
+        braze_v8_store(o + h, bias * v);
+    }
+}
 static inline void braze_nibbles32(const uint8_t *restrict qs, uint8_t *restrict q) {
     /* one 32-byte store: two 16-byte ones read back as one vector miss store forwarding */
     braze_u8x16 v = BRAZE_U16(qs);
@@ -110,7 +137,11 @@ static inline void braze_unpack_q2_k(const uint8_t *restrict b, uint8_t *restric
         braze_u8x32 v = BRAZE_U32(qs + 32 * n);
         for (int j = 0; j < 4; j++) BRAZE_PUT32(q + 128 * n + 32 * j, (v >> (2 * j)) & 3);
     }
-    for (int c = 0; c < 16; c++) { s[c] = d * (float)(sc[c] & 15); o[c] = -dmin * (float)(sc[c] >> 4); }
+    braze_u8x16 v = BRAZE_U16(sc), lo = v & 15, hi = v >> 4;
+    for (int h = 0; h < 16; h += 8) {
+        braze_v8_store(s + h, d * braze_u8x8_to_v8((const uint8_t *)&lo + h));
+        braze_v8_store(o + h, -dmin * braze_u8x8_to_v8((const uint8_t *)&hi + h));
+    }
 }
 /* 6-bit signed scales of Q3_K, 16 of them packed in 12 bytes */
 static inline void braze_q3k_scales(const uint8_t *p, int8_t *out) {
@@ -137,14 +168,22 @@ static inline void braze_unpack_q3_k(const uint8_t *restrict b, uint8_t *restric
         for (int j = 0; j < 4; j++)
             BRAZE_PUT32(q + 128 * n + 32 * j, ((v >> (2 * j)) & 3) | (((hm >> (4 * n + j)) & 1) << 2));
     }
-    for (int c = 0; c < 16; c++) { s[c] = d * (float)sc[c]; o[c] = -4.0f * s[c]; }
+    braze_k16_scales(sc, d, -4.0f, s, o);
 }
-/* 6-bit scale and min j of Q4_K/Q5_K, 8 of each packed in 12 bytes */
-static inline void braze_k4_scale_min(int j, const uint8_t *p, float *sc, float *mn) {
-    int a, m;
-    if (j < 4) { a = p[j] & 63; m = p[j + 4] & 63; }
-    else { a = (p[j + 4] & 15) | ((p[j - 4] >> 6) << 4); m = (p[j + 4] >> 4) | ((p[j] >> 6) << 4); }
-    *sc = (float)a; *mn = (float)m;
+/* The 6-bit scales and mins of Q4_K/Q5_K, 8 of each packed in 12 bytes (scale j < 4:
+ * the low 6 bits of byte j, min j: of byte j + 4; j >= 4: the nibbles of byte j + 4 and
+ * the top 2 bits of bytes j - 4 and j), four at a time in 32-bit words (a scalar loop
+ * of byte picks was a third of Q4_K's time), times d and -dmin. */
+static inline void braze_k4_scales(const uint8_t *p, float d, float dmin, float *s, float *o) {
+    uint32_t a[3], v[4];
+    memcpy(a, p, 12);
+    v[0] = a[0] & 0x3f3f3f3fu;                                                /* scales 0..3 */
+    v[1] = (a[2] & 0x0f0f0f0fu) | (((a[0] >> 6) & 0x03030303u) << 4);        /* scales 4..7 */
+    v[2] = a[1] & 0x3f3f3f3fu;                                                /* mins 0..3 */
+    v[3] = ((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4); /* mins 4..7 */
+    const uint8_t *b = (const uint8_t *)v;
+    braze_v8_store(s, d * braze_u8x8_to_v8(b));
+    braze_v8_store(o, -dmin * braze_u8x8_to_v8(b + 8));
 }
 static inline void braze_unpack_q4_k(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
     float d = braze_q_f16(b), dmin = braze_q_f16(b + 2);
@@ -154,7 +193,7 @@ static inline void braze_unpack_q4_k(const uint8_t *restrict b, uint8_t *restric
         BRAZE_PUT32(q + 64 * j, v & 15);
         BRAZE_PUT32(q + 64 * j + 32, v >> 4);
     }
-    for (int c = 0; c < 8; c++) { float a, m; braze_k4_scale_min(c, b + 4, &a, &m); s[c] = d * a; o[c] = -dmin * m; }
+    braze_k4_scales(b + 4, d, dmin, s, o);
 }
 static inline void braze_unpack_q5_k(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
     float d = braze_q_f16(b), dmin = braze_q_f16(b + 2);
@@ -165,7 +204,7 @@ static inline void braze_unpack_q5_k(const uint8_t *restrict b, uint8_t *restric
         BRAZE_PUT32(q + 64 * j, (v & 15) | (((qh >> (2 * j)) & 1) << 4));
         BRAZE_PUT32(q + 64 * j + 32, (v >> 4) | (((qh >> (2 * j + 1)) & 1) << 4));
     }
-    for (int c = 0; c < 8; c++) { float a, m; braze_k4_scale_min(c, b + 4, &a, &m); s[c] = d * a; o[c] = -dmin * m; }
+    braze_k4_scales(b + 4, d, dmin, s, o);
 }
 /* Q6_K: ql[128], qh[64], scales[16] (int8), d; value = 4 low + 2 high bits - 32 */
 static inline void braze_unpack_q6_k(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
@@ -179,7 +218,7 @@ static inline void braze_unpack_q6_k(const uint8_t *restrict b, uint8_t *restric
         BRAZE_PUT32(Q + 64, (l0 >> 4) | (((h >> 4) & 3) << 4));
         BRAZE_PUT32(Q + 96, (l1 >> 4) | (((h >> 6) & 3) << 4));
     }
-    for (int c = 0; c < 16; c++) { s[c] = d * (float)sc[c]; o[c] = -32.0f * s[c]; }
+    braze_k16_scales(sc, d, -32.0f, s, o);
 }
 
 /* ---- float rows: F32, F16, BF16 --------------------------------------------------- */
@@ -212,7 +251,7 @@ static inline float braze_block_scale(const float *xb, float top, float *inv) {
 /* x row -> int8 blocks of 32. With lo (the int8x2 dot), x is rounded to 1/16256 of its
  * block's max instead of 1/127 and split as 128 hi + lo, hi in [-127, 127], lo in
  * [-64, 63]: two int8 dots give the precision of a 15-bit one. */
-static inline void braze_quantize_row(const float *x, int64_t k, int8_t *q, int8_t *lo, float *d, float *sum16) {
+static inline void braze_quantize_row(const float *x, int64_t k, int8_t *q, int8_t *lo, float *d) {
     for (int64_t b = 0; b < k / 32; b++) {
         const float *xb = x + 32 * b;
         float id;
@@ -226,9 +265,6 @@ static inline void braze_quantize_row(const float *x, int64_t k, int8_t *q, int8
             } else
                 q[32 * b + i] = (int8_t)v;
         }
-        float s0 = 0.0f, s1 = 0.0f;
-        for (int i = 0; i < 16; i++) { s0 += xb[i]; s1 += xb[16 + i]; }
-        sum16[2 * b] = s0; sum16[2 * b + 1] = s1;
     }
 }
 
@@ -249,16 +285,15 @@ typedef float braze_qacc;
 static inline float braze_qacc_sum(float a) { return a; }
 #endif
 
-/* A block's offsets times its chunks' sums of x: the w = s q + o part that is not a dot */
-static inline __attribute__((always_inline)) float braze_offsets(const int BS, const int CH, const float *o,
-                                                                 const float *sum16) {
-    float off = 0.0f;
-    for (int c = 0; c < BS / CH; c++) {
-        float xs = sum16[c * (CH / 16)];
-        if (CH == 32) xs += sum16[c * 2 + 1];
-        off += o[c] * xs;
-    }
-    return off;
+/* A block's offsets times its chunks' sums of x (xs): the w = s q + o part that is not a
+ * dot. Eight chunks at a time into a vector (the K types' 8 or 16 chunks a block: one
+ * scalar chain of 16 fused multiply-adds was a third of Q6_K's time), else scalar. */
+static inline __attribute__((always_inline)) void braze_offsets(const int nch, const float *o, const float *xs,
+                                                                braze_v8 *offv, float *off) {
+    if (nch % 8 == 0)
+        for (int c = 0; c < nch; c += 8) *offv += braze_v8_load(o + c) * braze_v8_load(xs + c);
+    else
+        for (int c = 0; c < nch; c++) *off += o[c] * xs[c];
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
@@ -268,10 +303,8 @@ static inline __attribute__((always_inline)) float braze_offsets(const int BS, c
 #endif
 /* xl: the low parts of x (int8x2) or NULL (int8), a constant where inlined */
 static inline __attribute__((always_inline)) void braze_qblock(const int BS, const int CH,
-        const uint8_t *restrict q, const float *restrict s, const float *restrict o, const int8_t *restrict xq,
-        const int8_t *restrict xl, const float *restrict dx, const float *restrict sum16, braze_qacc *acc,
-        float *off) {
-    *off += braze_offsets(BS, CH, o, sum16);
+        const uint8_t *restrict q, const float *restrict s, const int8_t *restrict xq, const int8_t *restrict xl,
+        const float *restrict dx, braze_qacc *acc) {
 #ifdef BRAZE_VNNI
     for (int u = 0; u < BS / 32; u++) {
         __m256i qv = _mm256_loadu_si256((const __m256i *)(q + 32 * u));
@@ -307,12 +340,8 @@ static inline braze_vf braze_u8_to_vf(const uint8_t *p) {
 #endif
 }
 static inline __attribute__((always_inline)) void braze_fblock(const int BS, const int CH,
-        const uint8_t *restrict q, const float *restrict s, const float *restrict o, const float *restrict x,
-        const float *restrict sum16, braze_vf *acc, float *off) {
+        const uint8_t *restrict q, const float *restrict s, const float *restrict x, braze_vf *acc) {
     for (int c = 0; c < BS / CH; c++) {
-        float xs = sum16[c * (CH / 16)];
-        if (CH == 32) xs += sum16[c * 2 + 1];
-        *off += o[c] * xs;
         braze_vf t = {0};
         for (int u = 0; u < CH / BRAZE_VL; u++) {
             t += braze_u8_to_vf(q + c * CH + u * BRAZE_VL) * braze_vf_load(x + c * CH + u * BRAZE_VL);
@@ -321,11 +350,12 @@ static inline __attribute__((always_inline)) void braze_fblock(const int BS, con
     }
 }
 
-static inline void braze_sum16(const float *x, int64_t k, float *sum16) {
-    for (int64_t c = 0; c < k / 16; c++) {
+/* sums of x per chunk of CH elements (the offsets' other factor) */
+static inline void braze_chunk_sums(const float *x, int64_t k, int CH, float *xs) {
+    for (int64_t c = 0; c < k / CH; c++) {
         float a = 0.0f;
-        for (int i = 0; i < 16; i++) a += x[16 * c + i];
-        sum16[c] = a;
+        for (int i = 0; i < CH; i++) a += x[CH * c + i];
+        xs[c] = a;
     }
 }
 
@@ -343,9 +373,8 @@ static inline void braze_quantize_row16(const float *x, int64_t k, int16_t *q, f
 /* One block of W against int16 x: q (zero-extended) times x in 16-bit pairs (vpmaddwd),
  * 32 products per instruction with AVX-512BW, then scaled once per chunk. */
 static inline __attribute__((always_inline)) void braze_wblock(const int BS, const int CH,
-        const uint8_t *restrict q, const float *restrict s, const float *restrict o, const int16_t *restrict xq,
-        const float *restrict dx, const float *restrict sum16, braze_vf *acc, float *off) {
-    *off += braze_offsets(BS, CH, o, sum16);
+        const uint8_t *restrict q, const float *restrict s, const int16_t *restrict xq, const float *restrict dx,
+        braze_vf *acc) {
 #if defined(__AVX512BW__)
     for (int u = 0; u < BS / 32; u++) {
         __m512i p = _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * u))),
@@ -449,36 +478,42 @@ static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int6
     braze_vf accf[4] = {{0}, {0}, {0}, {0}};                                                                 \
     braze_qacc acci[4] = {BRAZE_QACC_ZERO, BRAZE_QACC_ZERO, BRAZE_QACC_ZERO, BRAZE_QACC_ZERO};               \
     float off[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                 \
+    braze_v8 offv[4] = {{0}, {0}, {0}, {0}};                                                                 \
     for (int64_t b = 0; b < k / BS; b++) {                                                                   \
         uint8_t q[4][BS] __attribute__((aligned(32))); float s[4][BS / CH], o[4][BS / CH];                   \
-        /* 8R rows ahead, into L2 (prefetcht1): the hardware prefetcher alone streamed a 30 MB      \
-         * Q8_0 matrix at 6 GB/s, prefetches into L1 at 8.8 (the L1's few miss buffers), into L2 25 */ \
-        for (int r = 0; r < R; r++) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS, 0, 2);           \
+        /* 8R rows ahead, into L2 (prefetcht1), every line of the block: the hardware prefetcher    \
+         * alone streamed a 30 MB Q8_0 matrix at 6 GB/s, prefetches into L1 at 8.8 (the L1's few     \
+         * miss buffers), into L2 25 */                                                              \
+        for (int r = 0; r < R; r++)                                                                  \
+            for (int l = 0; l < TS; l += 64) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS + l, 0, 2); \
         for (int r = 0; r < R; r++) braze_unpack_##T(w + r * ldw + b * TS, q[r], s[r], o[r]);                \
         for (int r = 0; r < R; r++) {                                                                        \
-            const float *sx = xs + b * (BS / 16), *d = dx + b * (BS / 32);                                   \
-            if (MODE == 0) braze_fblock(BS, CH, q[r], s[r], o[r], (const float *)x + b * BS, sx, &accf[r], &off[r]); \
-            else if (MODE == 1) braze_qblock(BS, CH, q[r], s[r], o[r], (const int8_t *)x + b * BS, NULL, d, sx, &acci[r], &off[r]); \
-            else if (MODE == 3) braze_qblock(BS, CH, q[r], s[r], o[r], (const int8_t *)x + b * BS, (const int8_t *)x + k + b * BS, d, sx, &acci[r], &off[r]); \
-            else braze_wblock(BS, CH, q[r], s[r], o[r], (const int16_t *)x + b * BS, d, sx, &accf[r], &off[r]); \
+            const float *d = dx + b * (BS / 32);                                                             \
+            braze_offsets(BS / CH, o[r], xs + b * (BS / CH), &offv[r], &off[r]);                             \
+            if (MODE == 0) braze_fblock(BS, CH, q[r], s[r], (const float *)x + b * BS, &accf[r]);            \
+            else if (MODE == 1) braze_qblock(BS, CH, q[r], s[r], (const int8_t *)x + b * BS, NULL, d, &acci[r]); \
+            else if (MODE == 3)                                                                              \
+                braze_qblock(BS, CH, q[r], s[r], (const int8_t *)x + b * BS, (const int8_t *)x + k + b * BS, d, &acci[r]); \
+            else braze_wblock(BS, CH, q[r], s[r], (const int16_t *)x + b * BS, d, &accf[r]);                 \
         }                                                                                                    \
     }                                                                                                        \
     for (int r = 0; r < R; r++)                                                                              \
-        y[r] = (MODE == 1 || MODE == 3 ? braze_qacc_sum(acci[r]) : braze_v8_hsum(braze_vf_add8(accf[r]))) + off[r];       \
+        y[r] = (MODE == 1 || MODE == 3 ? braze_qacc_sum(acci[r]) : braze_v8_hsum(braze_vf_add8(accf[r])))    \
+               + off[r] + braze_v8_hsum(offv[r]);                                                            \
 }                                                                                                            \
 static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda, const uint8_t *w,\
                               int64_t ldw, float *y, int64_t ldy, int64_t nthreads) {                        \
     if (m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, ldw, y, ldy, nthreads, braze_rowf_##T); return; } \
-    /* x, once per call: sums per 16 for the offsets; int8/int16 blocks and their scales */                 \
+    /* x, once per call: sums per chunk for the offsets; int8/int16 blocks and their scales */             \
     const int64_t xsz = MODE == 1 ? 1 : 2;  /* bytes of x per element: int8x2 keeps hi then lo per row */    \
-    float *xs = (float *)braze_q_scratch(0, (size_t)m * ((k / 16) * 4 + (k / 32) * 4 + k * xsz));             \
-    float *dx = xs + m * (k / 16);                                                                           \
+    float *xs = (float *)braze_q_scratch(0, (size_t)m * ((k / CH) * 4 + (k / 32) * 4 + k * xsz));             \
+    float *dx = xs + m * (k / CH);                                                                           \
     char *xq = (char *)(dx + m * (k / 32));                                                                  \
     for (int64_t r = 0; r < m; r++) {                                                                        \
-        if (MODE == 0 || MODE == 2) braze_sum16(x + r * lda, k, xs + r * (k / 16));                                       \
+        braze_chunk_sums(x + r * lda, k, CH, xs + r * (k / CH));                                             \
         if (MODE == 1 || MODE == 3)                                                                          \
             braze_quantize_row(x + r * lda, k, (int8_t *)xq + r * k * xsz, MODE == 3 ? (int8_t *)xq + r * k * xsz + k : NULL, \
-                               dx + r * (k / 32), xs + r * (k / 16));                                        \
+                               dx + r * (k / 32));                                                           \
         if (MODE == 2) braze_quantize_row16(x + r * lda, k, (int16_t *)xq + r * k, dx + r * (k / 32));       \
     }                                                                                                        \
     int par = nthreads > 1 && n * ldw >= BRAZE_QPAR_MIN;                                                     \
@@ -487,7 +522,7 @@ static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, i
     for (int64_t j = 0; j < n; j += 4)                                                                       \
         for (int64_t r = 0; r < m; r++) {                                                                    \
             const void *xr = MODE == 0 ? (const void *)(x + r * lda) : (const void *)(xq + r * k * xsz);     \
-            const float *dr = dx + r * (k / 32), *sr = xs + r * (k / 16);                                    \
+            const float *dr = dx + r * (k / 32), *sr = xs + r * (k / CH);                                    \
             if (j + 4 <= n) {                                                                                \
                 float t[4];                                                                                  \
                 braze_mv_##T(4, k, w + j * ldw, ldw, xr, dr, sr, t);                                         \
