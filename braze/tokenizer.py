@@ -43,18 +43,19 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import accumulate, pairwise
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import jinja2
-import jinja2.ext
-import jinja2.nodes
-import jinja2.sandbox
 import numpy as np
 import tokenizers
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 
 from braze.errors import BrazeError, FormatError, IndexOutOfRange, Unsupported
+from braze.io.gguf import GGUFMetadata
+
+if TYPE_CHECKING:  # at run time jinja2 is imported on first use (_make_env)
+    import jinja2
 
 __all__ = [
     "CHATML_TEMPLATE",
@@ -212,6 +213,31 @@ def _byte_level_bytes(token: str) -> bytes:
     return bytes(out)
 
 
+# ``str.translate`` table for whole vocabularies: each byte-level character -> the
+# byte it stands for, as a Latin-1 character; any other character below U+0100 -> its
+# UTF-8 bytes as Latin-1 characters (what _byte_level_bytes gives it).
+_BYTE_LEVEL_TRANSLATE: dict[int, str] = {
+    **{cp: chr(cp).encode("utf-8").decode("latin-1") for cp in range(256)},
+    **{ord(c): chr(b) for c, b in _UNICODE_TO_BYTE.items()},
+}
+
+
+def _byte_level_pieces(tokens: Sequence[str], byte_level: Sequence[bool]) -> list[bytes]:
+    """``_byte_level_bytes`` of each token where ``byte_level``, else its UTF-8: the
+    byte-level ones in one ``translate`` of them all (~0.6x the time of a call per
+    token), or one by one when a character expands or is outside the table."""
+    chosen = [t for t, b in zip(tokens, byte_level) if b]
+    joined = "".join(chosen)
+    try:
+        data = joined.translate(_BYTE_LEVEL_TRANSLATE).encode("latin-1")
+    except UnicodeEncodeError:  # a character outside the table (malformed vocabulary)
+        data = b""
+    if len(data) != len(joined):  # ... or one that expands: per token, below
+        return [_byte_level_bytes(t) if b else t.encode("utf-8") for t, b in zip(tokens, byte_level)]
+    slices = (data[i:j] for i, j in pairwise(accumulate(map(len, chosen), initial=0)))
+    return [next(slices) if b else t.encode("utf-8") for t, b in zip(tokens, byte_level)]
+
+
 def _byte_token_value(token: str) -> int | None:
     """``"<0x0A>"`` -> 10; anything else -> None (SentencePiece byte-fallback tokens)."""
     if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
@@ -225,8 +251,55 @@ def _byte_token_value(token: str) -> int | None:
 # ------------------------------------------------------------------ metadata reading
 
 
+class _Packed:
+    """Byte strings stored end to end: item ``i`` is ``data[offsets[i]:offsets[i + 1]]``.
+
+    A vocabulary's tokens and byte pieces stay resident for as long as the tokenizer
+    (all through generation): 49k entries are ~0.8 MB here and ~4 MB as a list of
+    small objects, and the garbage collector has nothing to walk.
+    """
+
+    __slots__ = ("data", "offsets")
+
+    def __init__(self, items: Iterable[bytes]) -> None:
+        parts = list(items)
+        offsets = np.zeros(len(parts) + 1, np.int64)
+        np.cumsum(list(map(len, parts)), out=offsets[1:])
+        self.data = b"".join(parts)
+        # uint32 halves the offsets; a >= 4 GiB vocabulary keeps int64
+        self.offsets = offsets.astype(np.uint32) if offsets[-1] < 2**32 else offsets
+
+    @classmethod
+    def of_texts(cls, texts: Iterable[str]) -> _Packed:
+        return cls(map(str.encode, texts))  # UTF-8, strict
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> bytes:
+        """Item ``i`` (``0 <= i < len``: callers check ids)."""
+        return self.data[self.offsets[i] : self.offsets[i + 1]]
+
+    def text(self, i: int) -> str:
+        return self[i].decode("utf-8")
+
+    def texts(self) -> list[str]:
+        data = self.data
+        return [data[a:b].decode("utf-8") for a, b in pairwise(self.offsets.tolist())]
+
+
+def _meta_get(metadata: Mapping[str, Any], key: str) -> Any:
+    """``metadata.get(key)``; a GGUF file's large arrays are read without being kept in
+    its metadata, where they would stay resident while the model runs."""
+    if isinstance(metadata, GGUFMetadata):
+        return metadata.peek(key)
+    return metadata.get(key)
+
+
 def _meta_str(value: Any) -> str:
     """Readers may hand strings back as ``bytes``; GGUF strings are UTF-8."""
+    if type(value) is str:  # the usual case, first: vocabularies call this 100k times
+        return value
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).decode("utf-8", errors="replace")
     return str(value)
@@ -284,8 +357,8 @@ class Tokenizer:
         self,
         hf: tokenizers.Tokenizer,
         *,
-        tokens: list[str],
-        byte_pieces: list[bytes] | None,
+        tokens: Sequence[str],
+        byte_pieces: Sequence[bytes] | None,
         special_ids: frozenset[int],
         specials: _Specials,
         strip_leading_space: bool,
@@ -294,11 +367,11 @@ class Tokenizer:
         max_length: int | None = None,
     ) -> None:
         self._hf = hf
-        self._tokens = tokens
-        self._token_to_id: dict[str, int] = {}
-        for i, t in enumerate(tokens):
-            self._token_to_id.setdefault(t, i)
-        self._byte_pieces = byte_pieces
+        # Packed, not lists: they live as long as the tokenizer (see _Packed).
+        self._tokens = _Packed.of_texts(tokens)
+        # Built on the first token_to_id() (a 49k-entry dict nobody needs to generate).
+        self._token_to_id: dict[str, int] | None = None
+        self._byte_pieces = _Packed(byte_pieces) if byte_pieces is not None else None
         self._special_ids = special_ids
         self._specials = specials
         self._strip_leading_space = strip_leading_space
@@ -336,9 +409,9 @@ class Tokenizer:
             )
         if "tokenizer.ggml.tokens" not in metadata:
             raise FormatError("<metadata>", "tokenizer.ggml.tokens", None, "missing")
-        tokens = [_meta_str(t) for t in metadata["tokenizer.ggml.tokens"]]
+        tokens = [_meta_str(t) for t in _meta_get(metadata, "tokenizer.ggml.tokens")]
         n = len(tokens)
-        raw_types = metadata.get("tokenizer.ggml.token_type")
+        raw_types = _meta_get(metadata, "tokenizer.ggml.token_type")
         types = [int(t) for t in raw_types] if raw_types is not None else [TokenType.NORMAL] * n
         if len(types) != n:
             raise FormatError(
@@ -430,7 +503,7 @@ class Tokenizer:
                 "so ids may differ from the model's own tokenizer",
             )
             regexes = (_GPT2,)
-        merges = _parse_merges(metadata.get("tokenizer.ggml.merges") or [], vocab)
+        merges = _parse_merges(_meta_get(metadata, "tokenizer.ggml.merges") or [], vocab)
         bpe = models.BPE(vocab=vocab, merges=merges, ignore_merges=pre_name in _IGNORE_MERGES_PRE)
         hf = tokenizers.Tokenizer(bpe)
         hf.pre_tokenizer = pre_tokenizers.Sequence(
@@ -438,13 +511,8 @@ class Tokenizer:
             + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
         )
         hf.decoder = decoders.ByteLevel()
-        pieces = [
-            _byte_level_bytes(t)
-            if ty in (TokenType.NORMAL, TokenType.UNUSED, TokenType.BYTE)
-            else t.encode("utf-8")
-            for t, ty in zip(tokens, types)
-        ]
-        return hf, pieces, False
+        byte_level = [ty in (TokenType.NORMAL, TokenType.UNUSED, TokenType.BYTE) for ty in types]
+        return hf, _byte_level_pieces(tokens, byte_level), False
 
     @staticmethod
     def _build_sentencepiece(
@@ -452,7 +520,7 @@ class Tokenizer:
     ) -> tuple[tokenizers.Tokenizer, list[bytes], bool]:
         """SentencePiece BPE: spaces are ``"▁"``, no word split, merges ranked by the
         score of the piece they produce, unknown characters spelled as byte tokens."""
-        raw_scores = metadata.get("tokenizer.ggml.scores")
+        raw_scores = _meta_get(metadata, "tokenizer.ggml.scores")
         n = len(tokens)
         scores = [float(s) for s in raw_scores] if raw_scores is not None else [-float(i) for i in range(n)]
         if len(scores) != n:
@@ -562,9 +630,7 @@ class Tokenizer:
         # and so streaming; others (WordPiece) decode through the file's decoder.
         pieces: list[bytes] | None = None
         if (raw.get("decoder") or {}).get("type") == "ByteLevel":
-            pieces = [
-                t.encode("utf-8") if i in special_ids else _byte_level_bytes(t) for i, t in enumerate(tokens)
-            ]
+            pieces = _byte_level_pieces(tokens, [i not in special_ids for i in range(len(tokens))])
         template = config.get("chat_template")
         return cls(
             hf,
@@ -686,10 +752,15 @@ class Tokenizer:
 
     def id_to_token(self, token_id: int) -> str:
         """The vocabulary entry as stored (``"Ġworld"``, ``"<0x0A>"``, ``"##ing"``)."""
-        return self._tokens[self._check_id(token_id, "id_to_token")]
+        return self._tokens.text(self._check_id(token_id, "id_to_token"))
 
     def token_to_id(self, token: str) -> int | None:
         """Id of a vocabulary entry written as stored, or None."""
+        if self._token_to_id is None:
+            table: dict[str, int] = {}
+            for i, t in enumerate(self._tokens.texts()):
+                table.setdefault(t, i)  # a repeated string keeps its first id
+            self._token_to_id = table
         return self._token_to_id.get(token)
 
     def is_special(self, token_id: int) -> bool:
@@ -858,45 +929,6 @@ _MAX_REPEAT_LEN = 1_000_000
 _MAX_POWER_BITS = 40_000
 
 
-class _GenerationTag(jinja2.ext.Extension):
-    """``{% generation %}...{% endgeneration %}`` (HF marks assistant spans for training
-    masks with it); for inference the body renders as is."""
-
-    tags = {"generation"}  # noqa: RUF012 - jinja2.ext.Extension declares it so
-
-    def parse(self, parser: Any) -> list[jinja2.nodes.Node]:
-        next(parser.stream)
-        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
-
-
-class _ChatSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
-    """Jinja's immutable sandbox, stricter in two ways: touching an unsafe attribute
-    raises at once (stock Jinja returns a silent undefined until it is used), and
-    repetition and powers are size-capped."""
-
-    intercepted_binops = frozenset({"*", "**"})
-
-    def unsafe_undefined(self, obj: Any, attribute: str) -> jinja2.Undefined:
-        raise jinja2.sandbox.SecurityError(
-            f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe"
-        )
-
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        if operator == "*":
-            for seq, count in ((left, right), (right, left)):
-                sized = isinstance(seq, (str, list, tuple)) and isinstance(count, int)
-                if sized and len(seq) * max(count, 0) > _MAX_REPEAT_LEN:
-                    raise jinja2.sandbox.SecurityError("repetition result too large")
-            return left * right
-        if operator == "**":
-            ints = isinstance(left, int) and isinstance(right, int)
-            # bits of the result ~ exponent * bits of the base
-            if ints and abs(left) > 1 and right * abs(left).bit_length() > _MAX_POWER_BITS:
-                raise jinja2.sandbox.SecurityError("power result too large")
-            return left**right
-        return super().call_binop(context, operator, left, right)
-
-
 def _raise_exception(message: str) -> None:
     """Templates call ``raise_exception('...')`` to reject a conversation (e.g. roles
     not alternating)."""
@@ -922,11 +954,54 @@ def _tojson(
     )
 
 
-def _make_env() -> _ChatSandbox:
+@lru_cache(maxsize=1)
+def _make_env() -> jinja2.Environment:
     """One shared environment with what HF chat templates expect: block trimming (they
     are written assuming it), ``break``/``continue``, ``raise_exception``,
     ``strftime_now`` and an unescaped ``tojson``. No autoescape: the output is a
-    prompt, not HTML."""
+    prompt, not HTML. Made on first use, with jinja2's import (~6 MiB resident): a
+    generation without a chat template never needs either."""
+    import jinja2.ext
+    import jinja2.nodes
+    import jinja2.sandbox
+
+    class _GenerationTag(jinja2.ext.Extension):
+        """``{% generation %}...{% endgeneration %}`` (HF marks assistant spans for
+        training masks with it); for inference the body renders as is."""
+
+        tags = {"generation"}  # noqa: RUF012 - jinja2.ext.Extension declares it so
+
+        def parse(self, parser: Any) -> list[jinja2.nodes.Node]:
+            next(parser.stream)
+            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+    class _ChatSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
+        """Jinja's immutable sandbox, stricter in two ways: touching an unsafe
+        attribute raises at once (stock Jinja returns a silent undefined until it is
+        used), and repetition and powers are size-capped."""
+
+        intercepted_binops = frozenset({"*", "**"})
+
+        def unsafe_undefined(self, obj: Any, attribute: str) -> jinja2.Undefined:
+            raise jinja2.sandbox.SecurityError(
+                f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe"
+            )
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            if operator == "*":
+                for seq, count in ((left, right), (right, left)):
+                    sized = isinstance(seq, (str, list, tuple)) and isinstance(count, int)
+                    if sized and len(seq) * max(count, 0) > _MAX_REPEAT_LEN:
+                        raise jinja2.sandbox.SecurityError("repetition result too large")
+                return left * right
+            if operator == "**":
+                ints = isinstance(left, int) and isinstance(right, int)
+                # bits of the result ~ exponent * bits of the base
+                if ints and abs(left) > 1 and right * abs(left).bit_length() > _MAX_POWER_BITS:
+                    raise jinja2.sandbox.SecurityError("power result too large")
+                return left**right
+            return super().call_binop(context, operator, left, right)
+
     env = _ChatSandbox(
         trim_blocks=True,
         lstrip_blocks=True,
@@ -939,13 +1014,10 @@ def _make_env() -> _ChatSandbox:
     return env
 
 
-_ENV = _make_env()
-
-
 @lru_cache(maxsize=32)
 def _compile(template: str) -> jinja2.Template:
     """Compiling costs milliseconds; a chat loop renders the same template per turn."""
-    return _ENV.from_string(template)
+    return _make_env().from_string(template)
 
 
 def render_chat(
@@ -962,6 +1034,8 @@ def render_chat(
     Raises :class:`TemplateError` on a syntax error, a render error, a
     ``raise_exception`` call or a sandbox violation.
     """
+    import jinja2.sandbox  # its exceptions, for the handlers below
+
     try:
         compiled = _compile(template)
         return compiled.render(

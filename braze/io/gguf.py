@@ -16,12 +16,20 @@ String policy: keys and string values must be valid UTF-8 and are returned as
 ``str``; invalid UTF-8 is a ``FormatError`` (GGUF specifies UTF-8, and a lossy
 decode would silently change tokenizer vocabularies).  Arrays (numeric or not,
 nested or not) come back as Python lists, so metadata is plain, predictable data.
+
+Memory: a tokenizer's arrays (``tokenizer.ggml.tokens``/``merges``, ~49k strings each)
+would be ~9 MB of small Python objects that stay resident for as long as the file is
+open (all through generation).  They are validated on open but kept as positions in
+the mapping, and become lists only when read (``metadata[key]``, then kept);
+``GGUFMetadata.peek`` reads one without keeping it, as the tokenizer does.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, NamedTuple
@@ -40,6 +48,8 @@ MAX_DIMS = 4
 MAX_ARRAY_DEPTH = 16
 """Nested arrays deeper than this are rejected (real files nest at most twice)."""
 _INT64_MAX = 2**63 - 1
+LAZY_ARRAY_MIN = 1024
+"""Arrays of strings or numbers with at least this many items are decoded on first read."""
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -151,7 +161,7 @@ class _Cursor:
             raise self.error(field, f"invalid UTF-8 ({e.reason} at byte {e.start})", start) from None
 
     def strings(self, n: int, field: str) -> list[str]:
-        """``n`` strings in a row: the hot path for tokenizer vocabularies (~50k entries)."""
+        """``n`` strings in a row, each checked in turn (the first bad one is the error)."""
         buf, size, pos = self.buf, self.size, self.pos
         unpack_u64 = _U64.unpack_from
         out: list[str] = []
@@ -175,8 +185,51 @@ class _Cursor:
         self.pos = pos
         return out
 
-    def numbers(self, vtype: int, n: int, field: str) -> list[Any]:
-        """``n`` numbers of one type, decoded in one numpy call (counts are pre-checked)."""
+    def packed_strings(
+        self, n: int, field: str, bounds: np.ndarray | None = None
+    ) -> tuple[bytes, np.ndarray]:
+        """``n`` strings in a row as their UTF-8 bytes end to end and ``n + 1``
+        boundaries: the hot path for tokenizer vocabularies (~50k entries), with no
+        object per string.  Validated as ``strings`` validates them, and a bad file
+        fails with its error (it reruns to find the first bad string); or, given the
+        ``bounds`` this returned before, only gathered."""
+        buf, size, start = self.buf, self.size, self.pos
+        if bounds is not None:
+            self.pos = start + 8 * n + int(bounds[-1])
+            return _strip_lengths(buf[start : self.pos], bounds), bounds
+        unpack_u64 = _U64.unpack_from
+        lengths: list[int] = []
+        append = lengths.append
+        pos = start
+        for _ in range(n):
+            if size - pos < 8:
+                break
+            (length,) = unpack_u64(buf, pos)
+            if length > size - pos - 8:
+                break
+            append(length)
+            pos += 8 + length
+        if len(lengths) == n:
+            ends = np.zeros(n + 1, np.int64)
+            np.cumsum(lengths, out=ends[1:])
+            bounds = ends.astype(np.uint32) if ends[-1] < 2**32 else ends  # half the size
+            data = _strip_lengths(buf[start:pos], bounds)
+            # Valid as a whole, and no string starting inside a character: then every
+            # string is whole characters, i.e. valid by itself (and only then).
+            try:
+                data.decode("utf-8")
+                firsts = np.frombuffer(data, dtype=np.uint8)[ends[:-1][np.asarray(lengths) > 0]]
+                if not np.any((firsts & 0xC0) == 0x80):
+                    self.pos = pos
+                    return data, bounds
+            except UnicodeDecodeError:
+                pass
+        texts = self.strings(n, field)  # raises the error of the first bad string
+        return _pack(texts)
+
+    def array(self, vtype: int, n: int, field: str) -> np.ndarray:
+        """``n`` numbers of one type as a numpy array over a copy of their bytes (bools
+        as ``bool``), validated; counts are pre-checked."""
         dt = _SCALAR_DTYPES[vtype]
         start = self.pos
         self.need(n * dt.itemsize, field)
@@ -190,8 +243,211 @@ class _Cursor:
                     f"bool byte {int(arr[bad[0]])} is not 0 or 1",
                     start + int(bad[0]),
                 )
-            return (arr != 0).tolist()
-        return arr.tolist()
+            return arr != 0
+        return arr
+
+    def numbers(self, vtype: int, n: int, field: str) -> list[Any]:
+        """``n`` numbers of one type, decoded in one numpy call (counts are pre-checked)."""
+        return self.array(vtype, n, field).tolist()
+
+
+def _drop_pages(buf: Any, start: int, end: int) -> None:
+    """Drop the whole pages of bytes ``[start, end)`` of the file mapping from this
+    process's resident set (the kernel reads them back from the page cache if they are
+    touched again).  Used for the header, which is read once: otherwise its ~2 MB (a
+    vocabulary's strings) count in RSS for as long as the weights are mapped.  A hint,
+    so any failure is ignored."""
+    if not isinstance(buf, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    lo = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    hi = end // mmap.PAGESIZE * mmap.PAGESIZE
+    if hi > lo:
+        try:
+            buf.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+        except (OSError, ValueError):
+            pass
+
+
+def _strip_lengths(span: bytes, bounds: np.ndarray) -> bytes:
+    """The bytes of a run of strings (as the file stores them, each after its u64
+    length) without the lengths; ``bounds`` are the string boundaries without them."""
+    raw = np.frombuffer(span, dtype=np.uint8)
+    keep = np.ones(raw.size, dtype=bool)
+    heads = bounds[:-1] + 8 * np.arange(len(bounds) - 1)  # where each length field sits
+    for k in range(8):
+        keep[heads + k] = False
+    return raw[keep].tobytes()
+
+
+def _pack(texts: list[str]) -> tuple[bytes, np.ndarray]:
+    encoded = [t.encode("utf-8") for t in texts]
+    bounds = np.zeros(len(encoded) + 1, np.int64)
+    np.cumsum([len(b) for b in encoded], out=bounds[1:])
+    return b"".join(encoded), bounds
+
+
+def _unpack(data: bytes, bounds: np.ndarray) -> list[str]:
+    """The strings of ``packed_strings`` (valid UTF-8), made in C: joined by NULs,
+    decoded and split once; or, if a string holds a NUL, sliced one by one."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    bounds = bounds.astype(np.intp)  # np.insert wants indices it can add to
+    if len(bounds) > 1 and not np.any(raw == 0):
+        return np.insert(raw, bounds[1:-1], 0).tobytes().decode("utf-8").split("\0")
+    text = data.decode("utf-8")
+    if len(text) != len(data):  # not ASCII: byte offsets -> character offsets
+        leads = (raw & 0xC0) != 0x80
+        chars = np.zeros(len(data) + 1, np.int64)
+        np.cumsum(leads, out=chars[1:])
+        bounds = chars[bounds]
+    return [text[a:b] for a, b in pairwise(bounds.tolist())]
+
+
+class _LazyArray(NamedTuple):
+    """A validated top-level metadata array left in the file: ``n`` items of type
+    ``etype`` in bytes ``[pos, end)`` of the metadata's buffer (the mapping, or a copy of
+    those bytes once it is closed); ``field`` names it in errors."""
+
+    etype: int
+    pos: int
+    n: int
+    field: str
+    end: int
+    bounds: np.ndarray | None = None
+    """Where each string ends (``packed_strings``), found by the validation: kept for
+    the first ``peek`` (the tokenizer's) so that it need not walk the array again."""
+
+
+class GGUFMetadata(dict[str, Any]):
+    """The metadata dict: a plain ``dict`` whose large arrays (``LAZY_ARRAY_MIN`` items
+    or more, of strings or numbers) become lists on first read and are kept from then
+    on.  Every read path (``[]``, ``get``, ``items``, ``values``, ``dict(m)``, ``==``,
+    copies, pickling) sees the lists; ``peek`` reads one without keeping it."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self._path = path
+        self._buf: Any = b""
+        self._size = 0
+
+    # -- lazy entries --------------------------------------------------------------
+
+    def _attach(self, buf: Any, size: int) -> None:
+        self._buf, self._size = buf, size
+
+    def _detach(self) -> None:
+        """The mapping is going away: copy the bytes of arrays not yet read (~2 MB for a
+        vocabulary), so they stay readable after ``close()``."""
+        lazy = [(k, v) for k, v in super().items() if isinstance(v, _LazyArray)]
+        if not lazy:
+            self._buf, self._size = b"", 0
+            return
+        lo, hi = min(v.pos for _, v in lazy), max(v.end for _, v in lazy)
+        self._buf, self._size = bytes(self._buf[lo:hi]), hi - lo
+        for k, v in lazy:
+            super().__setitem__(k, v._replace(pos=v.pos - lo, end=v.end - lo))
+
+    def _cursor(self, lazy: _LazyArray) -> _Cursor:
+        cur = _Cursor(self._buf, self._size, self._path)
+        cur.pos = lazy.pos
+        return cur
+
+    def _load_all(self) -> None:
+        for key, value in list(super().items()):
+            if isinstance(value, _LazyArray):
+                self._load(key, value)
+
+    def is_lazy(self, key: str) -> bool:
+        """True while ``key`` is an array not yet read as a list."""
+        return isinstance(super().get(key), _LazyArray)
+
+    def peek(self, key: str, default: Any = None) -> Any:
+        """``get(key, default)`` that leaves an array not read yet as it is: a caller
+        that needs a large array once (the tokenizer) gets a list of its own, which is
+        freed when it is done instead of staying here for the life of the file."""
+        if key not in self:
+            return default
+        value = super().__getitem__(key)
+        if isinstance(value, _LazyArray):
+            cur = self._cursor(value)
+            if value.etype == _T_STRING:
+                out = _unpack(*cur.packed_strings(value.n, value.field, value.bounds))
+                if value.bounds is not None:  # used: they are not kept with the file
+                    super().__setitem__(key, value._replace(bounds=None))
+            else:
+                out = cur.numbers(value.etype, value.n, value.field)
+            _drop_pages(self._buf, value.pos, value.end)  # read once more, not kept
+            return out
+        return value
+
+    def _load(self, key: str, value: Any) -> Any:
+        if isinstance(value, _LazyArray):
+            value = self.peek(key)
+            super().__setitem__(key, value)
+        return value
+
+    # -- dict reads that would otherwise see the lazy entries --------------------------
+
+    def __getitem__(self, key: str) -> Any:
+        return self._load(key, super().__getitem__(key))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def __iter__(self) -> Iterator[str]:
+        # A subclass's own __iter__ makes dict(m), {**m} and update(m) read through
+        # keys() and __getitem__ instead of copying the raw entries.
+        return super().__iter__()
+
+    def items(self) -> Any:
+        self._load_all()
+        return super().items()
+
+    def values(self) -> Any:
+        self._load_all()
+        return super().values()
+
+    def __eq__(self, other: object) -> bool:
+        self._load_all()
+        if isinstance(other, GGUFMetadata):
+            other._load_all()
+        return super().__eq__(other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __repr__(self) -> str:
+        self._load_all()
+        return super().__repr__()
+
+    def copy(self) -> dict[str, Any]:
+        self._load_all()
+        return dict(super().items())
+
+    def __or__(self, other: Any) -> Any:
+        self._load_all()
+        return super().__or__(other)
+
+    def __ror__(self, other: Any) -> Any:
+        self._load_all()
+        return super().__ror__(other)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        if key in self:
+            value = self[key]
+            del self[key]
+            return value
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[str, Any]:
+        self._load_all()
+        return super().popitem()
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else super().setdefault(key, default)
+
+    def __reduce__(self) -> Any:
+        self._load_all()
+        return (dict, (dict(super().items()),))
 
 
 def _value_type(cur: _Cursor, field: str) -> int:
@@ -203,7 +459,8 @@ def _value_type(cur: _Cursor, field: str) -> int:
 
 
 def _read_value(cur: _Cursor, vtype: int, field: str, depth: int = 0) -> Any:
-    """One metadata value of type ``vtype``; arrays recurse with a bounded depth."""
+    """One metadata value of type ``vtype``; arrays recurse with a bounded depth. A
+    large top-level array is validated and returned as a ``_LazyArray``."""
     if vtype == _T_STRING:
         return cur.string(field)
     if vtype == _T_ARRAY:
@@ -211,6 +468,13 @@ def _read_value(cur: _Cursor, vtype: int, field: str, depth: int = 0) -> Any:
             raise cur.error(field, f"arrays nested deeper than {MAX_ARRAY_DEPTH}")
         etype = _value_type(cur, f"{field}.item_type")
         n = cur.count(f"{field}.count", _MIN_SIZE[etype])
+        if depth == 0 and n >= LAZY_ARRAY_MIN and etype != _T_ARRAY:
+            start = cur.pos
+            if etype == _T_STRING:
+                bounds = cur.packed_strings(n, field)[1]
+                return _LazyArray(etype, start, n, field, cur.pos, bounds)
+            cur.array(etype, n, field)
+            return _LazyArray(etype, start, n, field, cur.pos)
         if etype == _T_STRING:
             return cur.strings(n, field)
         if etype == _T_ARRAY:
@@ -295,6 +559,23 @@ class GGUFFile(MappedReader):
             self.close()
             raise
 
+    def close(self) -> None:
+        """Release the mapping; arrays of the metadata not read yet are copied out first."""
+        metadata = getattr(self, "metadata", None)  # absent when parsing failed
+        if self._file is not None and metadata is not None:
+            metadata._detach()
+        super().close()
+
+    def __del__(self) -> None:
+        # Dropped without close(): the metadata may outlive this object, and must not
+        # keep the whole mapping alive for its lazy arrays.
+        try:
+            metadata = getattr(self, "metadata", None)
+            if getattr(self, "_file", None) is not None and metadata is not None:
+                metadata._detach()
+        except Exception:  # noqa: BLE001 - never raise from a finalizer (interpreter exit)
+            pass
+
     # -- parsing ---------------------------------------------------------------
 
     def _parse(self, cur: _Cursor) -> None:
@@ -322,14 +603,16 @@ class GGUFFile(MappedReader):
             raise cur.error(
                 "header.metadata_kv_count", f"{n_kv} metadata pairs cannot fit in {left} bytes", 16
             )
-        self.metadata: dict[str, Any] = self._parse_metadata(cur, n_kv)
+        self.metadata: GGUFMetadata = self._parse_metadata(cur, n_kv)
         self.alignment: int = self._parse_alignment(cur)
         infos = self._parse_tensor_infos(cur, n_tensors)
         self.data_offset: int = _align_up(cur.pos, self.alignment)
         self.tensors: dict[str, GGUFTensorInfo] = self._place_tensors(cur, infos)
+        _drop_pages(cur.buf, 0, self.data_offset)  # parsed: the header is not read again
 
-    def _parse_metadata(self, cur: _Cursor, n_kv: int) -> dict[str, Any]:
-        metadata: dict[str, Any] = {}
+    def _parse_metadata(self, cur: _Cursor, n_kv: int) -> GGUFMetadata:
+        metadata = GGUFMetadata(self.path)
+        metadata._attach(cur.buf, cur.size)
         for i in range(n_kv):
             key_at = cur.pos
             key = cur.string(f"metadata[{i}].key")
