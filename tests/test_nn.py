@@ -469,6 +469,20 @@ def test_rotary_layouts_agree_under_permutation() -> None:
     assert not np.allclose(half_raw, inter, atol=1e-3)
 
 
+def test_rotary_tables_grow_with_the_positions_asked_for() -> None:
+    """The tables start small and double up to max_positions; rotations past the first
+    table are the same as from a table built whole."""
+    d = 8
+    rope = nn.RotaryEmbedding(d, 5000, interleaved=True)
+    assert rope.cos.shape[0] == nn.RotaryEmbedding.MIN_ROWS
+    x = _f32(_rng(12), 1, 2, 3, d)
+    got = rope(_t(x), 700).numpy()  # positions 700..702: the table grows to 703 rows or more
+    assert 703 <= rope.cos.shape[0] <= 5000
+    _close(got, _rope_np(x, 700, interleaved=True), RTOL_ELEM, ATOL_ELEM)
+    rope.reserve(10_000)  # capped at max_positions
+    assert rope.cos.shape[0] == 5000
+
+
 def test_rotary_beyond_max_positions_raises() -> None:
     # regression: a table slice shorter than T broadcast silently (T=2 against 1 row)
     rope = nn.RotaryEmbedding(4, 3)

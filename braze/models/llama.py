@@ -106,6 +106,9 @@ class Llama(Module):
         model's context length)."""
         c = self.config
         n = min(max_len or c.context_length, c.context_length)
+        if self.blocks and self.blocks[0].attn.rotary is not None:
+            # the positions a captured step will replay must be in the table it captures
+            self.blocks[0].attn.rotary.reserve(n)
         return [KVCache(batch, c.n_kv_heads, n, c.head_dim) for _ in range(c.n_layers)]
 
     def forward(self, ids: Tensor, caches: list[KVCache] | None = None, last_only: bool = False) -> Tensor:

@@ -118,22 +118,38 @@ class RotaryEmbedding(Module):
     def __init__(self, dim: int, max_positions: int, base: float = 10000.0, interleaved: bool = False,
                  linear_scale: float = 1.0, freq_factors: np.ndarray | None = None) -> None:
         super().__init__()
-        self.dim, self.interleaved = dim, interleaved
+        self.dim, self.interleaved, self.max_positions = dim, interleaved, max_positions
         inv_freq = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
         if freq_factors is not None:
             inv_freq = inv_freq / np.asarray(freq_factors, dtype=np.float64)
-        angles = np.outer(np.arange(max_positions, dtype=np.float64) / linear_scale, inv_freq)
+        self.inv_freq, self.linear_scale = inv_freq, linear_scale
+        self.reserve(min(max_positions, self.MIN_ROWS))
+
+    # The tables grow with the positions asked for (a KV cache reserves its length),
+    # doubling, up to max_positions: a model's whole context (8192 for SmolLM2) would be
+    # 2 MiB resident for a chat that uses 200. A step recorded or captured over a smaller
+    # table keeps it (its storage stays alive with the plan); new recordings read the new one.
+    MIN_ROWS = 256
+
+    def reserve(self, positions: int) -> None:
+        """Make the tables cover positions 0..``positions``-1 (at most max_positions)."""
+        have = self.cos.shape[0] if "cos" in self._buffers else 0
+        if positions <= have:
+            return
+        rows = min(self.max_positions, max(positions, 2 * have, self.MIN_ROWS))
+        angles = np.outer(np.arange(rows, dtype=np.float64) / self.linear_scale, self.inv_freq)
         self.register_buffer("cos", from_numpy(np.cos(angles).astype(np.float32)), persistent=False)
         self.register_buffer("sin", from_numpy(np.sin(angles).astype(np.float32)), persistent=False)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """Rotate ``x`` of shape (..., T, dim) for positions offset..offset+T-1."""
         t = x.shape[-2]
-        if offset < 0 or offset + t > self.cos.shape[0]:
+        if offset < 0 or offset + t > self.max_positions:
             # a short table slice would broadcast silently and rotate by wrong angles
             from ..errors import ShapeMismatch
             raise ShapeMismatch("RotaryEmbedding", [x.shape],
-                                f"positions {offset}..{offset + t - 1} beyond max_positions {self.cos.shape[0]}")
+                                f"positions {offset}..{offset + t - 1} beyond max_positions {self.max_positions}")
+        self.reserve(offset + t)
         cos = self.cos[offset:offset + t]
         sin = self.sin[offset:offset + t]
         if x.dtype is not cos.dtype:  # the tables are float32; a half model rotates in its own type
