@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from braze import ir
 from braze.codegen import quant as qk
-from braze.codegen.c import PRELUDE
+from braze.codegen.c import PRELUDE, kernel_source
 from braze.codegen.headers import header
 from braze.quant import BLOCK_DTYPES, DTYPES, GGMLType
 from braze.runtime import cpu
+from braze.schedule.epilogue import plain
 
 
 def blocks(qtype: GGMLType, n: int, k: int, rng: np.random.Generator) -> np.ndarray:
@@ -44,7 +44,7 @@ def blocks(qtype: GGMLType, n: int, k: int, rng: np.random.Generator) -> np.ndar
 
 def kernel(qtype: str, m: int, n: int, k: int, mode: int) -> Any:
     ldw = DTYPES[GGMLType[qtype]].nbytes(k)
-    body = qk.kernel_source(ir.QLinear(qtype, m, n, k, k, ldw, n), "kq")
+    body = kernel_source(plain(qtype, m, n, k, k, ldw, 0, 0), "kq")
     src = "\n".join([header("cmath.h"), header("tile.h"), PRELUDE, qk.instantiations([body], {qtype: mode}), body])
     return cpu.compile_c(src, ["kq"]).function("kq", [ctypes.c_void_p, ctypes.c_int64])
 

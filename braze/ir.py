@@ -21,7 +21,7 @@ with no Reduce stages.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 from .dtypes import DType, bfloat16, float16, float32
 
@@ -65,7 +65,7 @@ class Coord:
 
 @dataclass(frozen=True)
 class Acc:
-    stage: int  # index of the Reduce stage whose result this is
+    stage: int  # index of the Reduce stage whose result this is (a QLinear's epilogue: of the weight)
     dtype: DType
 
 
@@ -166,6 +166,13 @@ def walk(e: Expr) -> Any:
     yield e
 
 
+def mapped(e: Expr, leaf: Callable[[Expr], Expr]) -> Expr:
+    """``e`` with every leaf (a node other than an Op) replaced by ``leaf(node)``."""
+    if isinstance(e, Op):
+        return Op(e.name, tuple(mapped(a, leaf) for a in e.args), e.dtype, e.attrs)
+    return leaf(e)
+
+
 def stage_exprs(s: Stage) -> list[Expr]:
     """The expressions a stage evaluates (for walks over a whole kernel)."""
     if isinstance(s, Contract):
@@ -185,10 +192,15 @@ def uses_inner(e: Expr, n_outer: int) -> bool:
 
 @dataclass(frozen=True)
 class QLinear:
-    """A quantized matmul kernel: ``y = x @ w.T`` with x (m, k) float32 (rows ``lda``
-    floats apart), w (n, k) rows of a GGML type (``qtype``: "Q4_K", "F16" ...; rows
-    ``ldw`` bytes apart), y (m, n) float32 (rows ``ldy`` floats apart). Arguments: x, w, y.
-    Rendered from ``codegen/quant.h``; a step of its own in a plan (no epilogue yet)."""
+    """A quantized matmul kernel: the sums ``x @ w.T`` of x (m, k) float32 (rows ``lda``
+    floats apart) with each of ``weights`` matrices w (n, k) of one GGML type (``qtype``:
+    "Q4_K", "F16" ...; rows ``ldw`` bytes apart), x read (and quantized) once for all.
+    What is stored is the ``epilogue``: Store stages over the coordinates (r, j) of the
+    (m, n) result, whose expressions read weight i's sum at (r, j) as ``Acc(i)``; the
+    plain matmul stores ``Acc(0)`` into y, fused element-wise work (a bias, a residual,
+    ``silu(gate) * up``) stores what its group stored. Arguments: x, the weights, then
+    the epilogue's (``args``: dtype and written, from argument ``1 + weights`` on).
+    Rendered from ``codegen/quant.h``, the epilogue by ``codegen/c.py``."""
 
     qtype: str
     m: int
@@ -196,9 +208,11 @@ class QLinear:
     k: int
     lda: int
     ldw: int
-    ldy: int
+    epilogue: tuple[Store, ...]
+    args: tuple[tuple[DType, bool], ...]
+    weights: int = 1
     xoff: int = 0  # elements into x's argument (an intermediate's offset; 0 for a tensor given at run time)
-    woff: int = 0  # bytes into w's argument
+    woff: tuple[int, ...] = (0,)  # bytes into each weight's argument
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import hashlib
 import itertools
 import os
 import pickle
+import re
 import sys
 from collections import deque
 from dataclasses import dataclass, field
@@ -70,7 +71,7 @@ class Plan:
     bind: list[list[tuple[int, int]]] = field(default_factory=list)
 
 
-_PLAN_FORMAT = 4  # bump when the stored schedule's shape changes (2: arena, 3: refs, 4: rendered C)
+_PLAN_FORMAT = 5  # bump when the stored schedule's shape changes (2: arena, 3: refs, 4: rendered C, 5: epilogues)
 _variants: dict[Any, int] = {}  # how many shapes each shape-free form has been built for
 
 
@@ -391,7 +392,8 @@ def _render(sched_steps: Sequence[Any]) -> Rendered:
         if isinstance(st, KernelStep):
             body = kernel_source(st.kernel, "KERNEL")
             step_names.append(unique.setdefault(body, f"braze_k{len(unique)}"))
-    source = module_source([body.replace("KERNEL", n, 1) for body, n in unique.items()]) if unique else ""
+    # every use of the name: a quantized matmul's epilogue is a function of its own, KERNEL_ep
+    source = module_source([re.sub(r"\bKERNEL(?=\b|_ep\b)", n, body) for body, n in unique.items()]) if unique else ""
     return source, list(unique.values()), step_names
 
 

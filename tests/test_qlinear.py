@@ -185,15 +185,15 @@ def test_every_decoding_mode_of_the_kernel(qtype: GGMLType, mode: int) -> None:
     own rounding bound of the float64 product."""
     import ctypes
 
-    from braze import ir
-    from braze.codegen.c import PRELUDE
+    from braze.codegen.c import PRELUDE, kernel_source
     from braze.codegen.headers import header
     from braze.runtime import cpu
+    from braze.schedule.epilogue import plain
     n, k, m = 13, 512, 2
     w, wf = weight(qtype, n, k, seed=20 + mode)
     raw = w._storage.array
     x = np.random.default_rng(mode).standard_normal((m, k)).astype(np.float32)
-    body = qk.kernel_source(ir.QLinear(qtype.name, m, n, k, k, DTYPES[qtype].nbytes(k), n), "kq")
+    body = kernel_source(plain(qtype.name, m, n, k, k, DTYPES[qtype].nbytes(k), 0, 0), "kq")
     src = "\n".join([header("cmath.h"), header("tile.h"), PRELUDE,
                      qk.instantiations([body], {qtype.name: mode}), body])
     fn = cpu.compile_c(src, ["kq"]).function("kq", [ctypes.c_void_p, ctypes.c_int64])

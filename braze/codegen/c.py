@@ -625,14 +625,13 @@ CHAIN_RENDERER: Callable[[ir.Kernel, list[str], dict[ir.Expr, str]], str] | None
 
 def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str) -> str:
     """The C source of one kernel: ``void name(void **args, int64_t nthreads)``."""
-    if isinstance(k, (ir.QLinear, ir.QRows)):
+    if isinstance(k, ir.QLinear):
+        return _epilogue_source(k, name) + quant.kernel_source(k, name)
+    if isinstance(k, ir.QRows):
         return quant.kernel_source(k, name)
     n_out, n_in = len(k.outer), len(k.inner)
     coords = [f"o{i}" for i in range(n_out)] + [f"i{i}" for i in range(n_in)]
-    lines = [f"void {name}(void **args, int64_t nthreads) {{"]
-    for i, (d, written) in enumerate(k.args):
-        const = "" if written else "const "
-        lines.append(f"    {const}{CTYPE[d.name]} *restrict a{i} = ({const}{CTYPE[d.name]} *)args[{i}];")
+    lines = [f"void {name}(void **args, int64_t nthreads) {{", *_pointers(k.args)]
     rows = prod(k.outer)
     row_len = prod(k.inner)
     if rows == 0:  # no row to compute (and a size-0 dim must not reach a % 0)
@@ -722,6 +721,31 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str) -> str:
     lines.append("    }")
     lines.append("}")
     return "\n".join(lines)
+
+
+def _pointers(args: list[tuple[DType, bool]] | tuple[tuple[DType, bool], ...], first: int = 0) -> list[str]:
+    """The typed pointer of each argument, numbered from ``first``."""
+    lines = []
+    for i, (d, written) in enumerate(args, first):
+        const = "" if written else "const "
+        lines.append(f"    {const}{CTYPE[d.name]} *restrict a{i} = ({const}{CTYPE[d.name]} *)args[{i}];")
+    return lines
+
+
+def _epilogue_source(k: ir.QLinear, name: str) -> str:
+    """``{name}_ep``, what a quantized matmul stores (``quant.h``'s ``braze_qep_fn``):
+    the epilogue's stores for every (r, j) of the block it is given, weight i's sum
+    read from ``acc[i]`` as ``c{i}``."""
+    first = 1 + k.weights
+    lines = [f"static void {name}_ep(void **args, int64_t r0, int64_t nr, int64_t j0, int64_t nj, "
+             "float *const *acc, int64_t ldc) {", *_pointers(k.args, first)]
+    r = Renderer(["r", "j"], acc="c{}", n_outer=1)
+    stores = [r.store(s.arg, s.index, s.expr, k.args[s.arg - first][0]) for s in k.epilogue]
+    sums = [f"const float c{i} = acc[{i}][(r - r0) * ldc + (j - j0)];" for i in range(k.weights)]
+    lines += ["    for (int64_t r = r0; r < r0 + nr; r++) {", "        #pragma omp simd",
+              "        for (int64_t j = j0; j < j0 + nj; j++) {", *("            " + t for t in sums + r.take() + stores),
+              "        }", "    }", "}"]
+    return "\n".join(lines) + "\n"
 
 
 def _streamed_loop(k: ir.Kernel, coords: list[str], elem: Renderer, ind: str) -> list[str]:

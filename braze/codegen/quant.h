@@ -8,8 +8,9 @@
  *
  *     sum_k w x  =  sum_chunks  s * dx * idot(q, xq)  +  o * sum(x)
  *
- * with x quantized once per row to int8 in blocks of 32 (xq, scale dx) and its sums
- * per 16 taken from the float values. The integer dot is AVX-512 VNNI's vpdpbusd (or
+ * with x quantized once per row in blocks of 32 (xq, scale dx: int8, or int8x2, 15 bits
+ * kept as two int8 halves, the mode codegen/quant.py picks) and its sums per chunk
+ * taken from the float values. The integer dot is AVX-512 VNNI's vpdpbusd (or
  * AVX-VNNI's) where -march=native has it, else a plain loop gcc vectorises.
  *
  * Few rows (decoding): each W row is unpacked once into a row buffer and dotted with
@@ -406,6 +407,22 @@ typedef void (*braze_rowf_fn)(const uint8_t *w, int64_t k, float *out);
 #define BRAZE_QKC 256            /* k per step of the GEMM: the tile's slice stays in L1 */
 #define BRAZE_QFEW 8             /* up to this many x rows: the integer matrix-vector path */
 #define BRAZE_QPAR_MIN (1 << 16) /* weights bytes below which one thread does it all */
+#define BRAZE_QMAXW 4            /* weights one kernel takes against the same x */
+#define BRAZE_QEPN 64            /* columns per epilogue call at few rows (see braze_qep_cols) */
+
+/* What a kernel does with its sums, rendered per kernel by codegen/c.py (the plain
+ * store into y, or fused element-wise work: a bias, a residual, silu(gate) * up): the
+ * block of rows r0..r0+nr and columns j0..j0+nj, where acc[i] holds weight i's sums
+ * from (r0, j0) on, rows ldc apart. An indirect call, so it is made once per block of
+ * columns, never per element. */
+typedef void (*braze_qep_fn)(void **args, int64_t r0, int64_t nr, int64_t j0, int64_t nj, float *const *acc,
+                             int64_t ldc);
+/* Columns per epilogue call at few rows: BRAZE_QEPN (a call costs ~10 ns: one per 4 columns
+ * made decoding's matmuls 9% slower), 16 where blocks that wide would leave each thread
+ * fewer than 8 to balance. */
+static inline int64_t braze_qep_cols(int64_t n, int64_t threads) {
+    return n >= 8 * BRAZE_QEPN * threads ? BRAZE_QEPN : 16;
+}
 
 /* The GEMM path, shared by every type: NT rows of W, already dequantized to float
  * (rows, nt x k), transposed slice by slice of k into wt (the k x NT tile braze_mm
@@ -423,8 +440,8 @@ static inline void braze_q_gemm_tile(int64_t m, int64_t n0, int64_t nt, int64_t 
 /* Thread-private scratch, grown as needed and kept (a decoding step allocates nothing
  * after the first). */
 static inline void *braze_q_scratch(int slot, size_t bytes) {
-    static _Thread_local void *buf[4];
-    static _Thread_local size_t have[4];
+    static _Thread_local void *buf[5];
+    static _Thread_local size_t have[5];
     if (have[slot] < bytes) {
         free(buf[slot]);
         buf[slot] = aligned_alloc(64, (bytes + 63) / 64 * 64);
@@ -433,20 +450,28 @@ static inline void *braze_q_scratch(int slot, size_t bytes) {
     return buf[slot];
 }
 
-/* The GEMM path for every type: `rowf` dequantizes one W row to float. */
-static void braze_qlinear_gemm(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda, const uint8_t *w,
-                               int64_t ldw, float *y, int64_t ldy, int64_t nthreads, braze_rowf_fn rowf) {
+/* The GEMM path for every type: `rowf` dequantizes one W row to float. Each weight's
+ * m x nt tile of sums goes to a scratch tile, which the epilogue then reads. */
+static void braze_qlinear_gemm(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda,
+                               const uint8_t *const *w, int nw, int64_t ldw, braze_qep_fn ep, void **args,
+                               int64_t nthreads, braze_rowf_fn rowf) {
     int64_t tiles = (n + BRAZE_QNT - 1) / BRAZE_QNT;
-    int par = nthreads > 1 && (double)m * n * k > 4e6;
+    int par = nthreads > 1 && (double)m * n * k * nw > 4e6;
     #pragma omp parallel num_threads(par ? nthreads : 1)
     {
         float *rows = (float *)braze_q_scratch(2, (size_t)BRAZE_QNT * k * 4);
         float *wt = (float *)braze_q_scratch(3, (size_t)BRAZE_QKC * BRAZE_QNT * 4);
+        float *c = (float *)braze_q_scratch(4, (size_t)nw * m * BRAZE_QNT * 4);
+        float *acc[BRAZE_QMAXW];
+        for (int i = 0; i < nw; i++) acc[i] = c + i * m * BRAZE_QNT;
         #pragma omp for schedule(static)
         for (int64_t t = 0; t < tiles; t++) {
             int64_t n0 = t * BRAZE_QNT, nt = n - n0 < BRAZE_QNT ? n - n0 : BRAZE_QNT;
-            for (int64_t j = 0; j < nt; j++) rowf(w + (n0 + j) * ldw, k, rows + j * k);
-            braze_q_gemm_tile(m, n0, nt, k, x, lda, y, ldy, rows, wt);
+            for (int i = 0; i < nw; i++) {
+                for (int64_t j = 0; j < nt; j++) rowf(w[i] + (n0 + j) * ldw, k, rows + j * k);
+                braze_q_gemm_tile(m, 0, nt, k, x, lda, acc[i], BRAZE_QNT, rows, wt);
+            }
+            ep(args, 0, m, n0, nt, acc, BRAZE_QNT);
         }
     }
 }
@@ -501,9 +526,26 @@ static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int6
         y[r] = (MODE == 1 || MODE == 3 ? braze_qacc_sum(acci[r]) : braze_v8_hsum(braze_vf_add8(accf[r])))    \
                + off[r] + braze_v8_hsum(offv[r]);                                                            \
 }                                                                                                            \
-static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda, const uint8_t *w,\
-                              int64_t ldw, float *y, int64_t ldy, int64_t nthreads) {                        \
-    if (m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, ldw, y, ldy, nthreads, braze_rowf_##T); return; } \
+/* Columns j0..j0+nj of NW weights (NW a literal where inlined), four rows of W at a time  \
+ * (four independent accumulators), each against every x row: t[i][r * BRAZE_QEPN + j - j0] */             \
+static inline __attribute__((always_inline)) void braze_mvcols_##T(const int NW, int64_t m, int64_t j0,     \
+        int64_t nj, int64_t k, const uint8_t *const *w, int64_t ldw, const float *x, int64_t lda,            \
+        const char *xq, int64_t xsz, const float *dx, const float *xs, float (*t)[BRAZE_QFEW * BRAZE_QEPN]) { \
+    for (int64_t j = j0; j < j0 + nj; j += 4)                                                                \
+        for (int i = 0; i < NW; i++)                                                                         \
+            for (int64_t r = 0; r < m; r++) {                                                                \
+                const void *xr = MODE == 0 ? (const void *)(x + r * lda) : (const void *)(xq + r * k * xsz); \
+                const float *dr = dx + r * (k / 32), *sr = xs + r * (k / CH);                                \
+                float *out = t[i] + r * BRAZE_QEPN + (j - j0);                                               \
+                if (j + 4 <= j0 + nj) braze_mv_##T(4, k, w[i] + j * ldw, ldw, xr, dr, sr, out);              \
+                else                                                                                         \
+                    for (int64_t jj = 0; j + jj < j0 + nj; jj++)                                             \
+                        braze_mv_##T(1, k, w[i] + (j + jj) * ldw, ldw, xr, dr, sr, out + jj);                \
+            }                                                                                                \
+}                                                                                                            \
+static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda,                 \
+        const uint8_t *const *w, int nw, int64_t ldw, braze_qep_fn ep, void **args, int64_t nthreads) {      \
+    if (m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, braze_rowf_##T); return; } \
     /* x, once per call: sums per chunk for the offsets; int8/int16 blocks and their scales */             \
     const int64_t xsz = MODE == 1 ? 1 : 2;  /* bytes of x per element: int8x2 keeps hi then lo per row */    \
     float *xs = (float *)braze_q_scratch(0, (size_t)m * ((k / CH) * 4 + (k / 32) * 4 + k * xsz));             \
@@ -516,36 +558,42 @@ static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, i
                                dx + r * (k / 32));                                                           \
         if (MODE == 2) braze_quantize_row16(x + r * lda, k, (int16_t *)xq + r * k, dx + r * (k / 32));       \
     }                                                                                                        \
-    int par = nthreads > 1 && n * ldw >= BRAZE_QPAR_MIN;                                                     \
-    /* four rows of W at a time (four independent accumulators), each against every x row */               \
+    int par = nthreads > 1 && nw * n * ldw >= BRAZE_QPAR_MIN;                                                \
+    /* blocks of columns, then the epilogue over each; one weight, the common case, is taken with \
+     * NW a literal (a loop over a variable nw cost 2.5%) */                                                 \
+    const int64_t cols = braze_qep_cols(n, par ? nthreads : 1);                                              \
     _Pragma("omp parallel for schedule(static) num_threads(par ? nthreads : 1)")                            \
-    for (int64_t j = 0; j < n; j += 4)                                                                       \
-        for (int64_t r = 0; r < m; r++) {                                                                    \
-            const void *xr = MODE == 0 ? (const void *)(x + r * lda) : (const void *)(xq + r * k * xsz);     \
-            const float *dr = dx + r * (k / 32), *sr = xs + r * (k / CH);                                    \
-            if (j + 4 <= n) {                                                                                \
-                float t[4];                                                                                  \
-                braze_mv_##T(4, k, w + j * ldw, ldw, xr, dr, sr, t);                                         \
-                for (int i = 0; i < 4; i++) y[r * ldy + j + i] = t[i];                                       \
-            } else                                                                                           \
-                for (int64_t jj = j; jj < n; jj++)                                                           \
-                    braze_mv_##T(1, k, w + jj * ldw, ldw, xr, dr, sr, y + r * ldy + jj);                     \
-        }                                                                                                    \
+    for (int64_t j0 = 0; j0 < n; j0 += cols) {                                                               \
+        float t[BRAZE_QMAXW][BRAZE_QFEW * BRAZE_QEPN], *acc[BRAZE_QMAXW];                                    \
+        int64_t nj = n - j0 < cols ? n - j0 : cols;                                                          \
+        for (int i = 0; i < nw; i++) acc[i] = t[i];                                                          \
+        if (nw == 1) braze_mvcols_##T(1, m, j0, nj, k, w, ldw, x, lda, xq, xsz, dx, xs, t);                   \
+        else braze_mvcols_##T(nw, m, j0, nj, k, w, ldw, x, lda, xq, xsz, dx, xs, t);                         \
+        ep(args, 0, m, j0, nj, acc, BRAZE_QEPN);                                                             \
+    }                                                                                                        \
 }
 
 /* A float type's kernel: dot products for few rows, the GEMM for many. */
 #define BRAZE_FLINEAR(T)                                                                                     \
-static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda, const uint8_t *w,\
-                              int64_t ldw, float *y, int64_t ldy, int64_t nthreads) {                        \
-    if (m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, ldw, y, ldy, nthreads, braze_row_##T); return; } \
-    int par = nthreads > 1 && n * ldw >= BRAZE_QPAR_MIN;                                                     \
+static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda,                 \
+        const uint8_t *const *w, int nw, int64_t ldw, braze_qep_fn ep, void **args, int64_t nthreads) {      \
+    if (m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, braze_row_##T); return; } \
+    int par = nthreads > 1 && nw * n * ldw >= BRAZE_QPAR_MIN;                                                \
     _Pragma("omp parallel num_threads(par ? nthreads : 1)")                                                 \
     {                                                                                                        \
         float *row = (float *)braze_q_scratch(1, (size_t)k * 4);                                             \
+        float t[BRAZE_QMAXW][BRAZE_QFEW * BRAZE_QEPN], *acc[BRAZE_QMAXW];                                    \
+        for (int i = 0; i < nw; i++) acc[i] = t[i];                                                          \
+        const int64_t cols = braze_qep_cols(n, par ? nthreads : 1);                                          \
         _Pragma("omp for schedule(static)")                                                                 \
-        for (int64_t j = 0; j < n; j++) {                                                                    \
-            braze_row_##T(w + j * ldw, k, row);                                                              \
-            for (int64_t r = 0; r < m; r++) y[r * ldy + j] = braze_dot(k, x + r * lda, row);                 \
+        for (int64_t j0 = 0; j0 < n; j0 += cols) {                                                           \
+            int64_t nj = n - j0 < cols ? n - j0 : cols;                                                      \
+            for (int64_t j = j0; j < j0 + nj; j++)                                                           \
+                for (int i = 0; i < nw; i++) {                                                               \
+                    braze_row_##T(w[i] + j * ldw, k, row);                                                   \
+                    for (int64_t r = 0; r < m; r++) t[i][r * BRAZE_QEPN + j - j0] = braze_dot(k, x + r * lda, row); \
+                }                                                                                            \
+            ep(args, 0, m, j0, nj, acc, BRAZE_QEPN);                                                         \
         }                                                                                                    \
     }                                                                                                        \
 }

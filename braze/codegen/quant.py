@@ -38,14 +38,15 @@ QTYPES: dict[str, str] = {
 # Chosen by measurement (bench/RESULTS.md, "Quantized matmul kernels") and fidelity:
 # int8 is the fastest dot (1.2-1.8x the float one), but rounding x to 8 bits moved
 # SmolLM2's logits by up to 4.6 from Hugging Face's and changed its greedy text; int8x2
-# costs 10-15% more than int8, moves them 1.7e-2 (of ~25; the float dot 1e-4, int16
-# 1.2e-2) with every greedy token the same, and is 1.3-1.5x faster than int16 and the
+# costs 10-15% more than int8, moves them 2-3e-2 (of ~25; the float dot 1e-4, int16
+# 1-2e-2) with every greedy token the same, and is 1.3-1.5x faster than int16 and the
 # float dot. So every type takes int8x2.
 MODE: dict[str, int] = {q: 3 for q in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
                                        "Q6_K")}
 # per mode, the integers x is rounded to per block of 32: max|x| maps to LEVELS (0: float)
 LEVELS: dict[int, int] = {0: 0, 1: 127, 2: 32767, 3: 16256}
 
+MAX_WEIGHTS = 4  # weights one kernel takes against the same x (quant.h's BRAZE_QMAXW)
 QUANTIZED = frozenset(q for q, line in QTYPES.items() if "QLINEAR" in line)
 _CALL = re.compile(r"braze_(?:qlinear|rowf|row)_(\w+)\b")
 
@@ -55,17 +56,19 @@ def supported(qtype: str) -> bool:
 
 
 def kernel_source(k: ir.QLinear | ir.QRows, name: str) -> str:
-    """``void name(void **args, int64_t nthreads)``: x, w, y (or w, ids, out) from the argument list."""
+    """``void name(void **args, int64_t nthreads)``: x, the weights, then the epilogue's
+    arguments (or w, ids, out) from the argument list. A QLinear's epilogue is the
+    function ``{name}_ep`` (``codegen/c.py`` renders it before this)."""
     if isinstance(k, ir.QRows):
         row = f"braze_rowf_{k.qtype.lower()}" if k.qtype in QUANTIZED else f"braze_row_{k.qtype.lower()}"
         return (f"void {name}(void **args, int64_t nthreads) {{\n    (void)nthreads;\n"
                 f"    braze_qrows({k.n}, args[1], {int(k.ids64)}, (const uint8_t *)args[0], {k.ldw}, {k.rows}, {k.k},\n"
                 f"        (float *)args[2], {row});\n}}\n")
-    fn = f"braze_qlinear_{k.qtype.lower()}"
+    ws = ", ".join(f"(const uint8_t *)args[{1 + i}] + {off}" for i, off in enumerate(k.woff))
     return (f"void {name}(void **args, int64_t nthreads) {{\n"
-            f"    {fn}({k.m}, {k.n}, {k.k}, (const float *)args[0] + {k.xoff}, {k.lda}, (const uint8_t *)args[1] + {k.woff},\n"
-            f"        {k.ldw},"
-            f" (float *)args[2], {k.ldy}, nthreads);\n}}\n")
+            f"    const uint8_t *const w[{k.weights}] = {{{ws}}};\n"
+            f"    braze_qlinear_{k.qtype.lower()}({k.m}, {k.n}, {k.k}, (const float *)args[0] + {k.xoff}, {k.lda}, w,"
+            f" {k.weights}, {k.ldw},\n        {name}_ep, args, nthreads);\n}}\n")
 
 
 def instantiations(kernel_sources: list[str], mode: dict[str, int] | None = None) -> str:

@@ -273,11 +273,7 @@ def _repair_term(e: ir.Expr, op: str, n_outer: int) -> ir.Expr | None | str:
 
 def _at(e: ir.Expr, which: str) -> ir.Expr:
     """``e`` with every running value ``Acc(p)`` read as the variable ``{which}{p}``."""
-    if isinstance(e, ir.Acc):
-        return ir.Var(f"{which}{e.stage}", e.dtype)
-    if isinstance(e, ir.Op):
-        return ir.Op(e.name, tuple(_at(a, which) for a in e.args), e.dtype, e.attrs)
-    return e
+    return ir.mapped(e, lambda n: ir.Var(f"{which}{n.stage}", n.dtype) if isinstance(n, ir.Acc) else n)
 
 
 

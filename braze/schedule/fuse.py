@@ -18,13 +18,15 @@ reshape that is not a view in these coordinates) refuses the fusion, with a reas
 
 When a group closes, a value is stored (materialised) only if Python can still reach
 its tensor or a node outside the group reads it; everything else stays in registers.
+A closing element-wise group that reads quantized matmuls' results element for element
+becomes their epilogue instead of a kernel of its own (``epilogue.py``).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from math import prod
 from typing import Any, Sequence
 
@@ -34,7 +36,8 @@ from ..layout import Layout, Shape
 from ..ops.lowering import REDUCTIONS, ReduceSpec
 from . import recompute
 from . import chain
-from .group import Group, Key, Value, affine
+from . import epilogue
+from .group import ExternStep, Group, Key, KernelStep, Value, affine
 from ..codegen import quant as quant_kernels
 
 ROW_MIN = 1024
@@ -51,23 +54,6 @@ def refuse(node: Any, reason: str) -> None:
     """Say why a fusion did not happen (``BRAZE_DEBUG=1``)."""
     if _debug() >= 1:
         print(f"braze: not fused: {node.op.name}: {reason}", file=sys.stderr)
-
-
-@dataclass
-class KernelStep:
-    kernel: ir.Kernel | ir.QLinear | ir.QRows
-    args: list[Key]  # storage of each kernel argument
-    outputs: list[Key]  # storages this kernel produces (to allocate)
-    nodes: list[int]
-    #: per argument, the (node, input) whose layout offset is added to its pointer at run
-    #: time (tensors that exist before the flush), or None; input -1 is the node's
-    #: output (an in-place write's target)
-    refs: list[tuple[int, int] | None] = field(default_factory=list)
-
-
-@dataclass
-class ExternStep:
-    node: int
 
 
 @dataclass
@@ -89,6 +75,7 @@ class Scheduler:
         self.readers: dict[Key, set[int]] = {}
         self.dtypes: dict[Key, dt.DType] = {}
         self.claimed: dict[int, chain.Chain] = {}  # node -> the chain that absorbs it
+        self.pending: dict[Key, epilogue.Pending] = {}  # a plain QLinear step's result -> the step
         for i, node in enumerate(nodes):
             # A write's target counts as read: the write needs the storage to exist.
             for o in list(node.inputs) + (list(node.outputs) if node.op.inplace else []):
@@ -205,9 +192,10 @@ class Scheduler:
             self.materialized.add(self.key(o.storage))
 
     def qlinear(self, i: int, node: Any) -> bool:
-        """A quantized matmul: a kernel step of its own (``ir.QLinear``) after the groups
-        that produce its inputs; False (an extern step) where the kernel cannot read
-        the operands in place."""
+        """A quantized matmul: a kernel step (``ir.QLinear``) after the groups that
+        produce its inputs, pending until a group that reads its result closes and may
+        take it as its epilogue (``epilogue.py``); False (an extern step) where the
+        kernel cannot read the operands in place."""
         (x, w), y = node.inputs, node.outputs[0]
         qtype = node.attrs["qtype"]
         xl, wl = x.layout, w.layout
@@ -226,11 +214,14 @@ class Scheduler:
         self.settle(node)
         wd = w.storage.dtype
         ref = [None if o.storage.array is None else (i, j) for j, o in enumerate(node.inputs)]
-        kernel = ir.QLinear(qtype, m, n, k, lda=xl.strides[0] if m > 1 else k, ldw=wd.nbytes(wl.strides[0]),
-                            ldy=n, xoff=0 if ref[0] else xl.offset, woff=0 if ref[1] else wd.nbytes(wl.offset))
+        kernel = epilogue.plain(qtype, m, n, k, lda=xl.strides[0] if m > 1 else k, ldw=wd.nbytes(wl.strides[0]),
+                                xoff=0 if ref[0] else xl.offset, woff=0 if ref[1] else wd.nbytes(wl.offset))
         ky = self.key(y.storage)
         self.materialized.add(ky)
-        self.steps.append(KernelStep(kernel, [self.key(x.storage), self.key(w.storage), ky], [ky], [i], ref + [None]))
+        step = KernelStep(kernel, [self.key(x.storage), self.key(w.storage), ky], [ky], [i], ref + [None])
+        self.steps.append(step)
+        self.pending[ky] = epilogue.Pending(step, kernel, (self.key(x.storage), xl.offset,
+                                                           replace(kernel, epilogue=(), args=(), woff=())))
         return True
 
     def qrows(self, i: int, node: Any) -> bool:
@@ -512,7 +503,13 @@ class Scheduler:
         if g.contract is None:
             stages = chain.rolling(stages, len(g.outer), g.inner)
         kernel = ir.Kernel(g.outer, g.inner, stages, [(self.dtypes[k], k in outputs) for k in keys])
-        self.steps.append(KernelStep(kernel, keys, outputs, sorted(members), [g.refs.get(args[a]) for a in order]))
+        step = KernelStep(kernel, keys, outputs, sorted(members), [g.refs.get(args[a]) for a in order])
+        folded = epilogue.fold(self, step)
+        if isinstance(folded, str):
+            if folded:
+                refuse(self.nodes[step.nodes[0]], f"not a quantized matmul's epilogue: {folded}")
+            folded = step
+        self.steps.append(folded)
 
 
 def schedule(nodes: Sequence[Any], key_of: dict[int, Key], live: set[Key]) -> Schedule:

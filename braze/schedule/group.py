@@ -1,6 +1,7 @@
 """What the scheduler builds a kernel from: a group of nodes, the values it computes,
-and the affine index of a layout in the group's coordinates. Shared by the fusing
-scheduler (``fuse.py``) and the chain builder (``chain.py``)."""
+and the affine index of a layout in the group's coordinates; the steps it emits.
+Shared by the fusing scheduler (``fuse.py``), the chain builder (``chain.py``) and
+the epilogue folder (``epilogue.py``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,23 @@ from .. import ir
 from ..layout import Layout, Shape
 
 Key = int  # a storage's relative id within the flushed stream
+
+
+@dataclass
+class KernelStep:
+    kernel: ir.Kernel | ir.QLinear | ir.QRows
+    args: list[Key]  # storage of each kernel argument
+    outputs: list[Key]  # storages this kernel produces (to allocate)
+    nodes: list[int]
+    #: per argument, the (node, input) whose layout offset is added to its pointer at run
+    #: time (tensors that exist before the flush), or None; input -1 is the node's
+    #: output (an in-place write's target)
+    refs: list[tuple[int, int] | None] = field(default_factory=list)
+
+
+@dataclass
+class ExternStep:
+    node: int
 
 
 @dataclass
