@@ -41,6 +41,11 @@ meanwhile (/proc/stat's busy time, steal included, less the child's own) is reco
 as "other load" in cores; above 0.25 the run says so, under the table too, since a
 core taken from a 2-thread run can halve it (llama.cpp's spinning threads worst).
 
+Generation's memory, as a user meets it: ``braze generate --max-tokens 32`` (``--generate-tokens``; 0 skips) on the
+fixed prompt below, run twice in fresh processes (the second is reported: the first may
+compile kernels), beside ``llama-simple -n 32`` (next to llama-bench, when built) on the
+same file and prompt; the peak RSS of each (wait4) and their ratio.
+
 Writes the JSON (settings, machine, every raw timing, the table under "markdown") to
 ``--json`` and a bar chart of tokens/s per engine and thread count to ``--png``
 (``bench/png.py``: no matplotlib). ``main(argv)`` is the entry point of ``braze bench llm``.
@@ -318,6 +323,40 @@ def run_llama(args: argparse.Namespace, binary: Path, model: str, threads: int, 
     return row
 
 
+GENERATE_PROMPT = "The capital of France is"
+
+
+def run_generate_rss(model: str, binary: Path | None, tokens: int, timeout: float, workdir: Path) -> dict[str, Any]:
+    """Peak RSS of ``braze generate`` and of llama.cpp's ``llama-simple`` generating the
+    same tokens from the same file (llama-simple sizes its context to the prompt and
+    the tokens, as braze's cache is)."""
+    env = dict(os.environ)
+    braze_cmd = [str(Path(sys.executable).parent / "braze"), "generate", "--model", model, "--max-tokens", str(tokens),
+                 GENERATE_PROMPT]
+    runs = [_run(braze_cmd, env, timeout, workdir, f"generate-{i}") for i in range(2)]
+    row: dict[str, Any] = {"prompt": GENERATE_PROMPT, "tokens": tokens, "braze_command": " ".join(braze_cmd),
+                           "braze_rss_mib": runs[-1].rss_mib if runs[-1].rc == 0 else None,
+                           "braze_first_rss_mib": runs[0].rss_mib}
+    simple = binary.parent / "llama-simple" if binary is not None else None
+    if simple is not None and simple.exists():
+        cmd = [str(simple), "-m", model, "-n", str(tokens), GENERATE_PROMPT]
+        child = _run(cmd, env, timeout, workdir, "llama-simple")
+        row["llama_command"] = " ".join(cmd)
+        row["llama_rss_mib"] = child.rss_mib if child.rc == 0 else None
+    return row
+
+
+def generate_rss_line(row: dict[str, Any]) -> str:
+    b, ll = row.get("braze_rss_mib"), row.get("llama_rss_mib")
+    line = (f"peak RSS generating {row['tokens']} tokens from {row['prompt']!r}: braze generate "
+            f"{'failed' if b is None else f'{b:.0f} MiB'}")
+    if "llama_command" in row:
+        line += f", llama-simple {'failed' if ll is None else f'{ll:.0f} MiB'}"
+        if b is not None and ll:
+            line += f" ({b / ll:.2f}x)"
+    return line
+
+
 # --------------------------------------------------------------------------- report
 
 def cpu_flags() -> list[str]:
@@ -412,6 +451,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--latency-tokens", type=int, default=256, help="individually timed steps (default 256)")
     ap.add_argument("--reps", type=int, default=5, help="prefill repetitions, and llama-bench -r (default 5)")
     ap.add_argument("--tg-reps", type=int, default=3, help="decoding runs of G tokens (default 3)")
+    ap.add_argument("--generate-tokens", type=int, default=32,
+                    help="peak RSS of braze generate (and llama-simple) making this many tokens (default 32; 0: skip)")
     ap.add_argument("--json", default=str(HERE / "out" / "llm.json"), help="results (default bench/out/llm.json)")
     ap.add_argument("--png", default=str(HERE / "out" / "llm.png"), help="chart (default bench/out/llm.png)")
     ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary (default: $BRAZE_LLAMA_BENCH, "
@@ -474,8 +515,14 @@ def main(argv: list[str] | None = None) -> int:
                 lrow = run_llama(args, binary, model, t, Path(tmp))
                 llama_rows[t] = lrow
                 log(_outcome(lrow, time.perf_counter() - t0))
+        gen: dict[str, Any] = {}
+        if args.generate_tokens > 0:
+            log(f"generation's memory: braze generate --max-tokens {args.generate_tokens} (twice), llama-simple ...")
+            gen = run_generate_rss(model, binary, args.generate_tokens, args.timeout, Path(tmp))
 
     md = table(model_name, args.prompt_tokens, args.gen_tokens, braze_rows, llama_rows)
+    if gen:
+        md += "\n\n" + generate_rss_line(gen)
     busy = [f"{r['engine']} at {r['threads']} thread(s): {_get(r, 'process', 'other_load_cores'):.2f} cores"
             for r in [*braze_rows, *llama_rows.values()] if (_get(r, "process", "other_load_cores") or 0) > BUSY]
     if busy:
@@ -497,6 +544,7 @@ def main(argv: list[str] | None = None) -> int:
                                        "its first steps (what braze generate runs); a session's caches and "
                                        "capture serve the next run, as a llama.cpp context does"},
         "braze": braze_rows,
+        "generate_rss": gen,
         "llama_cpp": {"status": llama_status, "binary": str(binary) if binary else None,
                       "runs": [llama_rows[t] for t in threads if t in llama_rows]},
         "markdown": md,

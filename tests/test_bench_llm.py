@@ -57,7 +57,7 @@ def test_llm_benchmark_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
     out_json, out_png = tmp_path / "llm.json", tmp_path / "llm.png"
     assert main(["--threads", "1", "--prompt-tokens", "8", "--gen-tokens", "4", "--latency-tokens", "8",
-                 "--reps", "2", "--tg-reps", "1", "--no-llama-bench",
+                 "--reps", "2", "--tg-reps", "1", "--no-llama-bench", "--generate-tokens", "4",
                  "--json", str(out_json), "--png", str(out_png)]) == 0
     res = json.loads(out_json.read_text())
     assert {"machine", "model", "settings", "braze", "llama_cpp", "markdown"} <= set(res)
@@ -75,6 +75,9 @@ def test_llm_benchmark_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     ps = row["per_step"]
     assert set(ps) == {"kernel_launches", "c_calls", "allocations", "nodes_recorded"}
     assert ps["kernel_launches"] > 0 and all(v is None or v >= 0 for v in ps.values())
+    gen = res["generate_rss"]  # braze generate in its own process, twice
+    assert gen["tokens"] == 4 and gen["braze_rss_mib"] > 0 and "llama_command" not in gen
+    assert "peak RSS generating 4 tokens" in res["markdown"]
     out = capsys.readouterr().out
     assert "| braze pp8 tok/s | braze tg4 tok/s |" in out and "llama.cpp: skipped" in out
     assert f"| {res['model']['name']} | 1 | " in out and res["markdown"] in out
