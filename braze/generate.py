@@ -38,8 +38,8 @@ class Sampling:
     seed: int | None = None
 
 
-def sample(logits: np.ndarray, s: Sampling, history: Sequence[int], rng: np.random.Generator) -> int:
-    """One token id from a logits vector."""
+def sample(logits: np.ndarray, s: Sampling, history: Sequence[int], rng: np.random.Generator | None) -> int:
+    """One token id from a logits vector (``rng``: needed when the temperature is above 0)."""
     x = logits.astype(np.float64)
     if s.repetition_penalty != 1.0 and len(history):
         seen = np.unique(np.asarray(history, dtype=np.int64))
@@ -61,6 +61,8 @@ def sample(logits: np.ndarray, s: Sampling, history: Sequence[int], rng: np.rand
         keep[order[:cut]] = True
         p = np.where(keep, p, 0.0)
         p /= p.sum()
+    if rng is None:
+        raise ValueError("sample: a temperature above 0 draws from rng, which is None")
     return int(rng.choice(p.size, p=p))
 
 
@@ -188,7 +190,8 @@ def generate_ids(model: Any, prompt_ids: Sequence[int], max_tokens: int, samplin
 def _generate(model: Any, step: "DecodeStep", prompt_ids: Sequence[int], max_tokens: int, sampling: Sampling,
               eos_ids: frozenset[int], stats: GenerationStats, ctx: int, limit: int) -> Iterator[int]:
     caches = step.caches
-    rng = np.random.default_rng(sampling.seed)
+    # greedy decoding draws nothing: numpy.random (and the libcrypto it maps) stay unloaded
+    rng = np.random.default_rng(sampling.seed) if sampling.temperature > 0 else None
     history = list(prompt_ids)
     stats.prompt_tokens = len(prompt_ids)
     t0 = time.perf_counter()

@@ -27,7 +27,6 @@ the pool for the whole arena.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import itertools
 import os
 import pickle
@@ -491,7 +490,7 @@ def _code_identity() -> str:
     global _code_id
     if _code_id is None:
         root = Path(__file__).parent
-        h = hashlib.sha256(str(llc_bytes()).encode())
+        h = cpu.sha256(str(llc_bytes()).encode())
         for f in sorted([root / "plan.py", root / "ir.py", root / "ops" / "lowering.py",
                          *(root / "schedule").glob("*.py"), *(root / "codegen").glob("*.py"),
                          *(root / "codegen").glob("*.h")]):
@@ -507,7 +506,7 @@ def _plan_path(key: Any) -> Path | None:
         directory.mkdir(mode=0o700, exist_ok=True)
     except Exception:  # unpicklable attributes, unwritable cache: just do not store
         return None
-    return directory / (hashlib.sha256(blob).hexdigest() + ".plan")
+    return directory / (cpu.sha256(blob).hexdigest() + ".plan")
 
 
 def _load(path: Path) -> Any:

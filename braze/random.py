@@ -22,15 +22,16 @@ from .tensor import Tensor, _shape_arg
 
 
 class Generator:
-    """A seeded source of random numbers; ``manual_seed`` resets it."""
+    """A seeded source of random numbers; ``manual_seed`` resets it. numpy's generator
+    is made on first use: importing numpy.random maps OpenSSL's libcrypto (through
+    ``secrets``), 5 MiB of resident memory a program that draws nothing need not pay."""
 
     def __init__(self, seed: int | None = None) -> None:
-        self._rng = np.random.Generator(np.random.PCG64(seed))
         self._seed = seed
+        self._rng: np.random.Generator | None = None
 
     def manual_seed(self, seed: int) -> "Generator":
-        self._rng = np.random.Generator(np.random.PCG64(seed))
-        self._seed = seed
+        self._seed, self._rng = seed, None
         return self
 
     def initial_seed(self) -> int | None:
@@ -38,6 +39,9 @@ class Generator:
 
     @property
     def numpy(self) -> np.random.Generator:
+        if self._rng is None:
+            import numpy.random  # noqa: F401  (numpy loads the submodule on first attribute use too)
+            self._rng = np.random.Generator(np.random.PCG64(self._seed))
         return self._rng
 
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 import atexit
 import ctypes
 import fcntl
-import hashlib
 import os
 import shlex
 import shutil
@@ -53,12 +52,18 @@ from ..errors import CompileError
 from ..stats import COUNTERS
 from .threads import default_num_threads, get_num_threads, physical_cores, set_num_threads
 
+try:  # CPython's own sha256: hashlib's import maps OpenSSL's libcrypto (3.5 MiB resident)
+    from _sha256 import sha256
+except ImportError:  # pragma: no cover - a Python without it (3.12 renamed it)
+    from hashlib import sha256
+
 __all__ = [
     "FLAGS",
     "CompiledLibrary",
     "CompilerNotFound",
     "cache_dir",
     "cache_key",
+    "sha256",
     "compile_c",
     "compiler_available",
     "default_num_threads",
@@ -237,7 +242,7 @@ def _braze_version() -> str:
 def cache_key(source: str, flags: Sequence[str] = FLAGS, *, version: str | None = None) -> str:
     """The sha256 naming the shared object built from ``source`` with ``flags``."""
     cc = _compiler()
-    h = hashlib.sha256()
+    h = sha256()
     for part in (
         "braze-cpu-cache-v1",
         version if version is not None else _braze_version(),
@@ -472,7 +477,7 @@ def _try_load(so: Path) -> tuple[ctypes.CDLL | None, str | None]:
         want = Path(f"{so}.sha256").read_text().strip()
     except FileNotFoundError:
         return None, "its sha256 sidecar is missing"
-    if hashlib.sha256(data).hexdigest() != want:
+    if sha256(data).hexdigest() != want:
         return None, "its bytes do not match its sha256 sidecar"
     _configure_openmp()
     try:
@@ -509,7 +514,7 @@ def _build(cc: list[str], flags: Sequence[str], source: str, directory: Path, so
                 f"--- source (first {_SOURCE_LINES_IN_ERROR} lines) ---\n{_source_head(source)}"
             )
         data = tmp.read_bytes()
-        sidecar_tmp.write_text(hashlib.sha256(data).hexdigest() + "\n")
+        sidecar_tmp.write_text(sha256(data).hexdigest() + "\n")
         os.replace(sidecar_tmp, f"{so}.sha256")
         os.replace(tmp, so)
     finally:
