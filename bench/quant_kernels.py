@@ -32,6 +32,10 @@ from braze.schedule.epilogue import plain
 
 
 def blocks(qtype: GGMLType, n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    if qtype.name in ("F32", "F16", "BF16"):  # float rows: normal values, as bytes
+        x = rng.standard_normal((n, k)).astype(np.float32) * 0.05
+        return (x if qtype.name == "F32" else x.astype(np.float16) if qtype.name == "F16"
+                else (x.view(np.uint32) >> 16).astype(np.uint16)).view(np.uint8).reshape(-1)
     bdt = BLOCK_DTYPES[qtype]
     nb = n * k // DTYPES[qtype].block[0]  # type: ignore[index]
     raw = rng.integers(0, 256, nb * bdt.itemsize, dtype=np.uint8)
@@ -62,7 +66,7 @@ def timed(fn: Any, args: Any, reps: int = 15) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--types", default=",".join(q for q in qk.QTYPES if q in qk.MODE))
+    ap.add_argument("--types", default=",".join(qk.QTYPES))
     ap.add_argument("--big", action="store_true", help="also the (49152, 576) matrix streamed from DRAM")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
@@ -73,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         qtype = GGMLType[q]
         # rows of 576 (SmolLM2's width) for the 32-element types, of 1536 (its ffn_down,
         # where the files keep their K quants) for the 256-element ones
-        k = 576 if DTYPES[qtype].block[0] == 32 else 1536  # type: ignore[index]
+        k = 1536 if (DTYPES[qtype].block or (32,))[0] == 256 else 576
         sizes = [1536 * 576 // k] + ([49152 * 576 // k] if args.big else [])
         for n in sizes:
             raw = blocks(qtype, n, k, rng)
@@ -81,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             y = np.zeros((128, n), np.float32)
             argv_ = (ctypes.c_void_p * 3)(x.ctypes.data, raw.ctypes.data, y.ctypes.data)
             us = [timed(kernel(q, 1, n, k, mode), argv_) * 1e6 for mode in (0, 1, 2, 3)]
-            used = qk.MODE[q]
+            used = qk.MODE.get(q, 0)
             gemm = timed(kernel(q, 128, n, k, used), argv_, reps=3 if n > 10000 else 7)
             print(f"| {q} | {n} x {k} | {raw.size / 1e6:.2f} | {us[0]:.1f} | {us[1]:.1f} | {us[2]:.1f} | {us[3]:.1f} | "
                   f"{['float', 'int8', 'int16', 'int8x2'][used]} | {raw.size / us[used] / 1e3:.1f} | "

@@ -233,9 +233,44 @@ static inline void braze_row_f16(const uint8_t *w, int64_t k, float *out) {
 #endif
     for (; i < k; i++) out[i] = braze_q_h2f(h[i]);
 }
+static inline float braze_bf2f(uint16_t h) { union { uint32_t u; float f; } v; v.u = (uint32_t)h << 16; return v.f; }
 static inline void braze_row_bf16(const uint8_t *w, int64_t k, float *out) {
     const uint16_t *h = (const uint16_t *)w;
-    for (int64_t i = 0; i < k; i++) { union { uint32_t u; float f; } v; v.u = (uint32_t)h[i] << 16; out[i] = v.f; }
+    for (int64_t i = 0; i < k; i++) out[i] = braze_bf2f(h[i]);
+}
+
+/* Element i of a float row, and BRAZE_VL of them from i, as float32: the decoding path
+ * converts in registers (through a row buffer, an F16 file decoded at 10 GB/s) */
+typedef float braze_es_f32;  /* the element types, for their sizes */
+typedef uint16_t braze_es_f16;
+typedef uint16_t braze_es_bf16;
+static inline float braze_ld1_f32(const uint8_t *w, int64_t i) { return ((const float *)w)[i]; }
+static inline float braze_ld1_f16(const uint8_t *w, int64_t i) { return braze_q_h2f(((const uint16_t *)w)[i]); }
+static inline float braze_ld1_bf16(const uint8_t *w, int64_t i) { return braze_bf2f(((const uint16_t *)w)[i]); }
+static inline braze_vf braze_ldvf_f32(const uint8_t *w, int64_t i) { return braze_vf_load((const float *)w + i); }
+static inline braze_vf braze_ldvf_f16(const uint8_t *w, int64_t i) {
+    const uint16_t *h = (const uint16_t *)w + i;
+#if defined(__AVX512F__)
+    return (braze_vf)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
+#elif defined(__F16C__) && defined(__AVX__)
+    return (braze_vf)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+#else
+    braze_vf r;
+    for (int l = 0; l < BRAZE_VL; l++) r[l] = braze_q_h2f(h[l]);
+    return r;
+#endif
+}
+static inline braze_vf braze_ldvf_bf16(const uint8_t *w, int64_t i) {
+    const uint16_t *h = (const uint16_t *)w + i;
+#if defined(__AVX512F__)
+    return (braze_vf)_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)h)), 16));
+#elif defined(__AVX2__)
+    return (braze_vf)_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)h)), 16));
+#else
+    braze_vf r;
+    for (int l = 0; l < BRAZE_VL; l++) r[l] = braze_bf2f(h[l]);
+    return r;
+#endif
 }
 
 /* ---- activations: x row -> int8 blocks of 32 (scale dx), float sums per 16 -------- */
@@ -573,27 +608,45 @@ static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, i
     }                                                                                                        \
 }
 
-/* A float type's kernel: dot products for few rows, the GEMM for many. */
+/* A float type's kernel: dot products for few rows, the GEMM for many. Few rows: R rows
+ * of W at a time converted in registers against one x row, software-prefetched into L2
+ * as the quantized kernel's rows are. */
 #define BRAZE_FLINEAR(T)                                                                                     \
+static inline __attribute__((always_inline)) void braze_fmv_##T(const int R, int64_t k, const uint8_t *w,     \
+        int64_t ldw, const float *x, float *y) {                                                             \
+    braze_vf acc[4] = {{0}, {0}, {0}, {0}};                                                                 \
+    float tail[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                \
+    const int64_t es = (int64_t)sizeof(braze_es_##T); /* bytes per element */                                \
+    int64_t i = 0;                                                                                           \
+    for (; i + BRAZE_VL <= k; i += BRAZE_VL) {                                                               \
+        if ((i * es) % 64 == 0)                                                                              \
+            for (int r = 0; r < R; r++) __builtin_prefetch(w + (r + 8 * R) * ldw + i * es, 0, 2);            \
+        braze_vf xv = braze_vf_load(x + i);                                                                  \
+        for (int r = 0; r < R; r++) acc[r] += braze_ldvf_##T(w + r * ldw, i) * xv;                           \
+    }                                                                                                        \
+    for (; i < k; i++)                                                                                       \
+        for (int r = 0; r < R; r++) tail[r] += braze_ld1_##T(w + r * ldw, i) * x[i];                         \
+    for (int r = 0; r < R; r++) y[r] = braze_v8_hsum(braze_vf_add8(acc[r])) + tail[r];                       \
+}                                                                                                            \
 static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda,                 \
         const uint8_t *const *w, int nw, int64_t ldw, braze_qep_fn ep, void **args, int64_t nthreads) {      \
     if (m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, braze_row_##T); return; } \
     int par = nthreads > 1 && nw * n * ldw >= BRAZE_QPAR_MIN;                                                \
-    _Pragma("omp parallel num_threads(par ? nthreads : 1)")                                                 \
-    {                                                                                                        \
-        float *row = (float *)braze_q_scratch(1, (size_t)k * 4);                                             \
+    const int64_t cols = braze_qep_cols(n, par ? nthreads : 1);                                              \
+    _Pragma("omp parallel for schedule(static) num_threads(par ? nthreads : 1)")                            \
+    for (int64_t j0 = 0; j0 < n; j0 += cols) {                                                               \
         float t[BRAZE_QMAXW][BRAZE_QFEW * BRAZE_QEPN], *acc[BRAZE_QMAXW];                                    \
+        int64_t nj = n - j0 < cols ? n - j0 : cols;                                                          \
         for (int i = 0; i < nw; i++) acc[i] = t[i];                                                          \
-        const int64_t cols = braze_qep_cols(n, par ? nthreads : 1);                                          \
-        _Pragma("omp for schedule(static)")                                                                 \
-        for (int64_t j0 = 0; j0 < n; j0 += cols) {                                                           \
-            int64_t nj = n - j0 < cols ? n - j0 : cols;                                                      \
-            for (int64_t j = j0; j < j0 + nj; j++)                                                           \
-                for (int i = 0; i < nw; i++) {                                                               \
-                    braze_row_##T(w[i] + j * ldw, k, row);                                                   \
-                    for (int64_t r = 0; r < m; r++) t[i][r * BRAZE_QEPN + j - j0] = braze_dot(k, x + r * lda, row); \
+        for (int64_t j = j0; j < j0 + nj; j += 4)                                                            \
+            for (int i = 0; i < nw; i++)                                                                     \
+                for (int64_t r = 0; r < m; r++) {                                                            \
+                    float *out = t[i] + r * BRAZE_QEPN + (j - j0);                                           \
+                    if (j + 4 <= j0 + nj) braze_fmv_##T(4, k, w[i] + j * ldw, ldw, x + r * lda, out);        \
+                    else                                                                                     \
+                        for (int64_t jj = 0; j + jj < j0 + nj; jj++)                                         \
+                            braze_fmv_##T(1, k, w[i] + (j + jj) * ldw, ldw, x + r * lda, out + jj);          \
                 }                                                                                            \
-            ep(args, 0, m, j0, nj, acc, BRAZE_QEPN);                                                         \
-        }                                                                                                    \
+        ep(args, 0, m, j0, nj, acc, BRAZE_QEPN);                                                             \
     }                                                                                                        \
 }
