@@ -46,6 +46,16 @@ def blocks(qtype: GGMLType, n: int, k: int, rng: np.random.Generator) -> np.ndar
     return raw
 
 
+def cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def kernel(qtype: str, m: int, n: int, k: int, mode: int) -> Any:
     ldw = DTYPES[GGMLType[qtype]].nbytes(k)
     body = kernel_source(plain(qtype, m, n, k, k, ldw, 0, 0), "kq")
@@ -70,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big", action="store_true", help="also the (49152, 576) matrix streamed from DRAM")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
-    print(f"CPU: {platform.processor() or platform.machine()}; 1 thread; median of 15 calls")
+    print(f"CPU: {cpu_name()}; 1 thread; median of 15 calls")
     print("| type | rows x k | MB | float us | int8 us | int16 us | int8x2 us | mode used | GB/s (used) | prefill m=128 GFLOP/s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for q in args.types.split(","):

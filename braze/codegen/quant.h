@@ -17,10 +17,10 @@
  * every x row (matrix-vector, reads each weight byte once), rows of W in parallel.
  * Many rows (prefill): a block of NT rows of W is dequantized to float once, stored
  * as the k x NT packed tile braze_mm (tile.h) reads, and multiplied by every x row.
- * Float weights (F32, F16, BF16) take the second path at every size, and dot float x
- * directly at few rows.
+ * Float weights (F32, F16, BF16) take the same GEMM path for many rows; at few rows,
+ * four W rows at a time are converted in registers and dotted with float x.
  *
- * Types are entries of one table (braze/quant/kernels.py): an unpack function
+ * Types are entries of one table (braze/codegen/quant.py): an unpack function
  * braze_unpack_<type>(block, q, s, o) per type and an instantiation of
  * BRAZE_QLINEAR(type, ...). Reading past W, x or y never happens: rows are whole
  * blocks, which the recording checks.
