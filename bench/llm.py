@@ -41,10 +41,12 @@ meanwhile (/proc/stat's busy time, steal included, less the child's own) is reco
 as "other load" in cores; above 0.25 the run says so, under the table too, since a
 core taken from a 2-thread run can halve it (llama.cpp's spinning threads worst).
 
-Generation's memory, as a user meets it: ``braze generate --max-tokens 32`` (``--generate-tokens``; 0 skips) on the
-fixed prompt below, run twice in fresh processes (the second is reported: the first may
-compile kernels), beside ``llama-simple -n 32`` (next to llama-bench, when built) on the
-same file and prompt; the peak RSS of each (wait4) and their ratio.
+Generation's memory, as a user meets it: ``braze generate --max-tokens 32``
+(``--generate-tokens``; 0 skips) on a fixed prompt, run twice in fresh processes (the
+second is reported: the first may compile kernels), beside llama.cpp's
+``llama-completion`` (its completion CLI, what ``braze generate`` is) and
+``llama-simple`` (its minimal example), both next to llama-bench when built, on the same
+file, prompt and context: the peak RSS of each (wait4) and the ratios.
 
 Writes the JSON (settings, machine, every raw timing, the table under "markdown") to
 ``--json`` and a bar chart of tokens/s per engine and thread count to ``--png``
@@ -327,9 +329,10 @@ GENERATE_PROMPT = "The capital of France is"
 
 
 def run_generate_rss(model: str, binary: Path | None, tokens: int, timeout: float, workdir: Path) -> dict[str, Any]:
-    """Peak RSS of ``braze generate`` and of llama.cpp's ``llama-simple`` generating the
-    same tokens from the same file (llama-simple sizes its context to the prompt and
-    the tokens, as braze's cache is)."""
+    """Peak RSS of ``braze generate`` and of llama.cpp's ``llama-completion`` and
+    ``llama-simple`` generating the same tokens from the same file, at the context
+    braze's cache takes (the prompt, a few tokens, and ``tokens``, in multiples of 64;
+    llama-simple sizes its own to the prompt and the tokens)."""
     env = dict(os.environ)
     braze_cmd = [str(Path(sys.executable).parent / "braze"), "generate", "--model", model, "--max-tokens", str(tokens),
                  GENERATE_PROMPT]
@@ -337,23 +340,29 @@ def run_generate_rss(model: str, binary: Path | None, tokens: int, timeout: floa
     row: dict[str, Any] = {"prompt": GENERATE_PROMPT, "tokens": tokens, "braze_command": " ".join(braze_cmd),
                            "braze_rss_mib": runs[-1].rss_mib if runs[-1].rc == 0 else None,
                            "braze_first_rss_mib": runs[0].rss_mib}
-    simple = binary.parent / "llama-simple" if binary is not None else None
-    if simple is not None and simple.exists():
-        cmd = [str(simple), "-m", model, "-n", str(tokens), GENERATE_PROMPT]
-        child = _run(cmd, env, timeout, workdir, "llama-simple")
-        row["llama_command"] = " ".join(cmd)
-        row["llama_rss_mib"] = child.rss_mib if child.rc == 0 else None
+    # llama.cpp's completion CLI (what `braze generate` is), and its minimal example program
+    ctx = -(-(tokens + 16) // 64) * 64  # the prompt is under 16 tokens
+    peers = {"llama-completion": ["-n", str(tokens), "-c", str(ctx), "-p", GENERATE_PROMPT, "-no-cnv", "--temp", "0"],
+             "llama-simple": ["-n", str(tokens), GENERATE_PROMPT]}
+    row["llama"] = {}
+    for name, rest in peers.items():
+        exe = binary.parent / name if binary is not None else None
+        if exe is not None and exe.exists():
+            cmd = [str(exe), "-m", model, *rest]
+            child = _run(cmd, env, timeout, workdir, name)
+            row["llama"][name] = {"command": " ".join(cmd), "rss_mib": child.rss_mib if child.rc == 0 else None}
     return row
 
 
 def generate_rss_line(row: dict[str, Any]) -> str:
-    b, ll = row.get("braze_rss_mib"), row.get("llama_rss_mib")
+    b = row.get("braze_rss_mib")
     line = (f"peak RSS generating {row['tokens']} tokens from {row['prompt']!r}: braze generate "
             f"{'failed' if b is None else f'{b:.0f} MiB'}")
-    if "llama_command" in row:
-        line += f", llama-simple {'failed' if ll is None else f'{ll:.0f} MiB'}"
+    for name, peer in row.get("llama", {}).items():
+        ll = peer["rss_mib"]
+        line += f", {name} {'failed' if ll is None else f'{ll:.0f} MiB'}"
         if b is not None and ll:
-            line += f" ({b / ll:.2f}x)"
+            line += f" (braze {b / ll:.2f}x)"
     return line
 
 
@@ -452,7 +461,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--reps", type=int, default=5, help="prefill repetitions, and llama-bench -r (default 5)")
     ap.add_argument("--tg-reps", type=int, default=3, help="decoding runs of G tokens (default 3)")
     ap.add_argument("--generate-tokens", type=int, default=32,
-                    help="peak RSS of braze generate (and llama-simple) making this many tokens (default 32; 0: skip)")
+                    help="peak RSS of braze generate (and llama.cpp's CLIs) making this many tokens (default 32; 0: skip)")
     ap.add_argument("--json", default=str(HERE / "out" / "llm.json"), help="results (default bench/out/llm.json)")
     ap.add_argument("--png", default=str(HERE / "out" / "llm.png"), help="chart (default bench/out/llm.png)")
     ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary (default: $BRAZE_LLAMA_BENCH, "
@@ -517,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(_outcome(lrow, time.perf_counter() - t0))
         gen: dict[str, Any] = {}
         if args.generate_tokens > 0:
-            log(f"generation's memory: braze generate --max-tokens {args.generate_tokens} (twice), llama-simple ...")
+            log(f"generation's memory: braze generate --max-tokens {args.generate_tokens} (twice), llama.cpp ...")
             gen = run_generate_rss(model, binary, args.generate_tokens, args.timeout, Path(tmp))
 
     md = table(model_name, args.prompt_tokens, args.gen_tokens, braze_rows, llama_rows)

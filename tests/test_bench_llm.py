@@ -76,7 +76,7 @@ def test_llm_benchmark_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert set(ps) == {"kernel_launches", "c_calls", "allocations", "nodes_recorded"}
     assert ps["kernel_launches"] > 0 and all(v is None or v >= 0 for v in ps.values())
     gen = res["generate_rss"]  # braze generate in its own process, twice
-    assert gen["tokens"] == 4 and gen["braze_rss_mib"] > 0 and "llama_command" not in gen
+    assert gen["tokens"] == 4 and gen["braze_rss_mib"] > 0 and gen["llama"] == {}
     assert "peak RSS generating 4 tokens" in res["markdown"]
     out = capsys.readouterr().out
     assert "| braze pp8 tok/s | braze tg4 tok/s |" in out and "llama.cpp: skipped" in out
