@@ -60,29 +60,22 @@ typedef uint8_t braze_u8x32 __attribute__((vector_size(32), aligned(1), may_alia
 #define BRAZE_U32(p) (*(const braze_u8x32 *)(p))
 #define BRAZE_PUT32(p, v) (*(braze_u8x32 *)(p) = (v))
 
-/* 8 bytes as floats (gcc converts byte by byte through scalar registers otherwise) */
-static inline braze_v8 braze_u8x8_to_v8(const uint8_t *p) {
+/* 8 bytes (signed or not: `sign` a literal where inlined) as floats; gcc converts them
+ * byte by byte through scalar registers otherwise */
+static inline __attribute__((always_inline)) braze_v8 braze_bytes_to_v8(const void *p, const int sign) {
 #if defined(__AVX2__)
-    return (braze_v8)_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+    __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    return (braze_v8)_mm256_cvtepi32_ps(sign ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
 #else
     braze_v8 r;
-    for (int i = 0; i < 8; i++) r[i] = (float)p[i];
-    return r;
-#endif
-}
-static inline braze_v8 braze_i8x8_to_v8(const int8_t *p) {
-#if defined(__AVX2__)
-    return (braze_v8)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
-#else
-    braze_v8 r;
-    for (int i = 0; i < 8; i++) r[i] = (float)p[i];
+    for (int i = 0; i < 8; i++) r[i] = sign ? (float)((const int8_t *)p)[i] : (float)((const uint8_t *)p)[i];
     return r;
 #endif
 }
 /* 16 chunks' scales, d times the signed bytes sc, and offsets, bias times the scales */
 static inline void braze_k16_scales(const int8_t *sc, float d, float bias, float *s, float *o) {
     for (int h = 0; h < 16; h += 8) {
-        braze_v8 v = d * braze_i8x8_to_v8(sc + h);
+        braze_v8 v = d * braze_bytes_to_v8(sc + h, 1);
         braze_v8_store(s + h, v);
         braze_v8_store(o + h, bias * v);
     }
@@ -140,8 +133,8 @@ static inline void braze_unpack_q2_k(const uint8_t *restrict b, uint8_t *restric
     }
     braze_u8x16 v = BRAZE_U16(sc), lo = v & 15, hi = v >> 4;
     for (int h = 0; h < 16; h += 8) {
-        braze_v8_store(s + h, d * braze_u8x8_to_v8((const uint8_t *)&lo + h));
-        braze_v8_store(o + h, -dmin * braze_u8x8_to_v8((const uint8_t *)&hi + h));
+        braze_v8_store(s + h, d * braze_bytes_to_v8((const uint8_t *)&lo + h, 0));
+        braze_v8_store(o + h, -dmin * braze_bytes_to_v8((const uint8_t *)&hi + h, 0));
     }
 }
 /* 6-bit signed scales of Q3_K, 16 of them packed in 12 bytes */
@@ -183,8 +176,8 @@ static inline void braze_k4_scales(const uint8_t *p, float d, float dmin, float 
     v[2] = a[1] & 0x3f3f3f3fu;                                                /* mins 0..3 */
     v[3] = ((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4); /* mins 4..7 */
     const uint8_t *b = (const uint8_t *)v;
-    braze_v8_store(s, d * braze_u8x8_to_v8(b));
-    braze_v8_store(o, -dmin * braze_u8x8_to_v8(b + 8));
+    braze_v8_store(s, d * braze_bytes_to_v8(b, 0));
+    braze_v8_store(o, -dmin * braze_bytes_to_v8(b + 8, 0));
 }
 static inline void braze_unpack_q4_k(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
     float d = braze_q_f16(b), dmin = braze_q_f16(b + 2);
