@@ -515,6 +515,44 @@ static void braze_qrows(int64_t n, const void *ids, int ids64, const uint8_t *w,
     }
 }
 
+/* The few-rows path of every type, over its braze_mv_##T (R rows of W against one x row:
+ * x float when MODE is 0, else xq, quantized, with scales dx and chunk sums xs):
+ * braze_mvcols_##T takes columns j0..j0+nj of NW weights (NW a literal where inlined),
+ * four rows of W at a time, each against every x row, into t[i][r * BRAZE_QEPN + j - j0];
+ * braze_qcols_##T runs blocks of columns in parallel and the epilogue over each. */
+#define BRAZE_QCOLS(T, MODE, CH)                                                                             \
+static inline __attribute__((always_inline)) void braze_mvcols_##T(const int NW, int64_t m, int64_t j0,     \
+        int64_t nj, int64_t k, const uint8_t *const *w, int64_t ldw, const float *x, int64_t lda,            \
+        const char *xq, int64_t xsz, const float *dx, const float *xs, float (*t)[BRAZE_QFEW * BRAZE_QEPN]) { \
+    for (int64_t j = j0; j < j0 + nj; j += 4)                                                                \
+        for (int i = 0; i < NW; i++)                                                                         \
+            for (int64_t r = 0; r < m; r++) {                                                                \
+                const void *xr = MODE == 0 ? (const void *)(x + r * lda) : (const void *)(xq + r * k * xsz); \
+                const float *dr = dx ? dx + r * (k / 32) : dx, *sr = xs ? xs + r * (k / CH) : xs;            \
+                float *out = t[i] + r * BRAZE_QEPN + (j - j0);                                               \
+                if (j + 4 <= j0 + nj) braze_mv_##T(4, k, w[i] + j * ldw, ldw, xr, dr, sr, out);              \
+                else                                                                                         \
+                    for (int64_t jj = 0; j + jj < j0 + nj; jj++)                                             \
+                        braze_mv_##T(1, k, w[i] + (j + jj) * ldw, ldw, xr, dr, sr, out + jj);                \
+            }                                                                                                \
+}                                                                                                            \
+static inline void braze_qcols_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda,             \
+        const uint8_t *const *w, int nw, int64_t ldw, braze_qep_fn ep, void **args, int64_t nthreads,        \
+        const char *xq, int64_t xsz, const float *dx, const float *xs) {                                     \
+    int par = nthreads > 1 && nw * n * ldw >= BRAZE_QPAR_MIN;                                                \
+    /* one weight, the common case, is taken with NW a literal (a loop over a variable nw cost 2.5%) */      \
+    const int64_t cols = braze_qep_cols(n, par ? nthreads : 1);                                              \
+    _Pragma("omp parallel for schedule(static) num_threads(par ? nthreads : 1)")                            \
+    for (int64_t j0 = 0; j0 < n; j0 += cols) {                                                               \
+        float t[BRAZE_QMAXW][BRAZE_QFEW * BRAZE_QEPN], *acc[BRAZE_QMAXW];                                    \
+        int64_t nj = n - j0 < cols ? n - j0 : cols;                                                          \
+        for (int i = 0; i < nw; i++) acc[i] = t[i];                                                          \
+        if (nw == 1) braze_mvcols_##T(1, m, j0, nj, k, w, ldw, x, lda, xq, xsz, dx, xs, t);                   \
+        else braze_mvcols_##T(nw, m, j0, nj, k, w, ldw, x, lda, xq, xsz, dx, xs, t);                         \
+        ep(args, 0, m, j0, nj, acc, BRAZE_QEPN);                                                             \
+    }                                                                                                        \
+}
+
 /* A quantized type's kernel: integer matrix-vector for few rows, GEMM for many. */
 #define BRAZE_QLINEAR(T, BS, TS, CH, MODE)                                                                      \
 static void braze_rowf_##T(const uint8_t *w, int64_t k, float *out) {                                        \
@@ -554,23 +592,7 @@ static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int6
         y[r] = (MODE == 1 || MODE == 3 ? braze_qacc_sum(acci[r]) : braze_v8_hsum(braze_vf_add8(accf[r])))    \
                + off[r] + braze_v8_hsum(offv[r]);                                                            \
 }                                                                                                            \
-/* Columns j0..j0+nj of NW weights (NW a literal where inlined), four rows of W at a time  \
- * (four independent accumulators), each against every x row: t[i][r * BRAZE_QEPN + j - j0] */             \
-static inline __attribute__((always_inline)) void braze_mvcols_##T(const int NW, int64_t m, int64_t j0,     \
-        int64_t nj, int64_t k, const uint8_t *const *w, int64_t ldw, const float *x, int64_t lda,            \
-        const char *xq, int64_t xsz, const float *dx, const float *xs, float (*t)[BRAZE_QFEW * BRAZE_QEPN]) { \
-    for (int64_t j = j0; j < j0 + nj; j += 4)                                                                \
-        for (int i = 0; i < NW; i++)                                                                         \
-            for (int64_t r = 0; r < m; r++) {                                                                \
-                const void *xr = MODE == 0 ? (const void *)(x + r * lda) : (const void *)(xq + r * k * xsz); \
-                const float *dr = dx + r * (k / 32), *sr = xs + r * (k / CH);                                \
-                float *out = t[i] + r * BRAZE_QEPN + (j - j0);                                               \
-                if (j + 4 <= j0 + nj) braze_mv_##T(4, k, w[i] + j * ldw, ldw, xr, dr, sr, out);              \
-                else                                                                                         \
-                    for (int64_t jj = 0; j + jj < j0 + nj; jj++)                                             \
-                        braze_mv_##T(1, k, w[i] + (j + jj) * ldw, ldw, xr, dr, sr, out + jj);                \
-            }                                                                                                \
-}                                                                                                            \
+BRAZE_QCOLS(T, MODE, CH)                                                                                     \
 static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda,                 \
         const uint8_t *const *w, int nw, int64_t ldw, braze_qep_fn ep, void **args, int64_t nthreads) {      \
     if (m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, braze_rowf_##T); return; } \
@@ -586,27 +608,17 @@ static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, i
                                dx + r * (k / 32));                                                           \
         if (MODE == 2) braze_quantize_row16(x + r * lda, k, (int16_t *)xq + r * k, dx + r * (k / 32));       \
     }                                                                                                        \
-    int par = nthreads > 1 && nw * n * ldw >= BRAZE_QPAR_MIN;                                                \
-    /* blocks of columns, then the epilogue over each; one weight, the common case, is taken with \
-     * NW a literal (a loop over a variable nw cost 2.5%) */                                                 \
-    const int64_t cols = braze_qep_cols(n, par ? nthreads : 1);                                              \
-    _Pragma("omp parallel for schedule(static) num_threads(par ? nthreads : 1)")                            \
-    for (int64_t j0 = 0; j0 < n; j0 += cols) {                                                               \
-        float t[BRAZE_QMAXW][BRAZE_QFEW * BRAZE_QEPN], *acc[BRAZE_QMAXW];                                    \
-        int64_t nj = n - j0 < cols ? n - j0 : cols;                                                          \
-        for (int i = 0; i < nw; i++) acc[i] = t[i];                                                          \
-        if (nw == 1) braze_mvcols_##T(1, m, j0, nj, k, w, ldw, x, lda, xq, xsz, dx, xs, t);                   \
-        else braze_mvcols_##T(nw, m, j0, nj, k, w, ldw, x, lda, xq, xsz, dx, xs, t);                         \
-        ep(args, 0, m, j0, nj, acc, BRAZE_QEPN);                                                             \
-    }                                                                                                        \
+    braze_qcols_##T(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, xq, xsz, dx, xs);                       \
 }
 
 /* A float type's kernel: dot products for few rows, the GEMM for many. Few rows: R rows
  * of W at a time converted in registers against one x row, software-prefetched into L2
- * as the quantized kernel's rows are. */
+ * as the quantized kernel's rows are (dx and xs, the quantized x's, are unused). */
 #define BRAZE_FLINEAR(T)                                                                                     \
-static inline __attribute__((always_inline)) void braze_fmv_##T(const int R, int64_t k, const uint8_t *w,     \
-        int64_t ldw, const float *x, float *y) {                                                             \
+static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int64_t k, const uint8_t *w,      \
+        int64_t ldw, const void *xv_, const float *dx, const float *xs, float *y) {                          \
+    (void)dx; (void)xs;                                                                                      \
+    const float *x = (const float *)xv_;                                                                     \
     braze_vf acc[4] = {{0}, {0}, {0}, {0}};                                                                 \
     float tail[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                \
     const int64_t es = (int64_t)sizeof(braze_es_##T); /* bytes per element */                                \
@@ -621,25 +633,9 @@ static inline __attribute__((always_inline)) void braze_fmv_##T(const int R, int
         for (int r = 0; r < R; r++) tail[r] += braze_ld1_##T(w + r * ldw, i) * x[i];                         \
     for (int r = 0; r < R; r++) y[r] = braze_v8_hsum(braze_vf_add8(acc[r])) + tail[r];                       \
 }                                                                                                            \
+BRAZE_QCOLS(T, 0, 32)                                                                                        \
 static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda,                 \
         const uint8_t *const *w, int nw, int64_t ldw, braze_qep_fn ep, void **args, int64_t nthreads) {      \
     if (m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, braze_row_##T); return; } \
-    int par = nthreads > 1 && nw * n * ldw >= BRAZE_QPAR_MIN;                                                \
-    const int64_t cols = braze_qep_cols(n, par ? nthreads : 1);                                              \
-    _Pragma("omp parallel for schedule(static) num_threads(par ? nthreads : 1)")                            \
-    for (int64_t j0 = 0; j0 < n; j0 += cols) {                                                               \
-        float t[BRAZE_QMAXW][BRAZE_QFEW * BRAZE_QEPN], *acc[BRAZE_QMAXW];                                    \
-        int64_t nj = n - j0 < cols ? n - j0 : cols;                                                          \
-        for (int i = 0; i < nw; i++) acc[i] = t[i];                                                          \
-        for (int64_t j = j0; j < j0 + nj; j += 4)                                                            \
-            for (int i = 0; i < nw; i++)                                                                     \
-                for (int64_t r = 0; r < m; r++) {                                                            \
-                    float *out = t[i] + r * BRAZE_QEPN + (j - j0);                                           \
-                    if (j + 4 <= j0 + nj) braze_fmv_##T(4, k, w[i] + j * ldw, ldw, x + r * lda, out);        \
-                    else                                                                                     \
-                        for (int64_t jj = 0; j + jj < j0 + nj; jj++)                                         \
-                            braze_fmv_##T(1, k, w[i] + (j + jj) * ldw, ldw, x + r * lda, out + jj);          \
-                }                                                                                            \
-        ep(args, 0, m, j0, nj, acc, BRAZE_QEPN);                                                             \
-    }                                                                                                        \
+    braze_qcols_##T(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, NULL, 0, NULL, NULL);                   \
 }

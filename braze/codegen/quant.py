@@ -41,13 +41,12 @@ QTYPES: dict[str, str] = {
 # costs 10-15% more than int8, moves them 2-3e-2 (of ~25; the float dot 1e-4, int16
 # 1-2e-2) with every greedy token the same, and is 1.3-1.5x faster than int16 and the
 # float dot. So every type takes int8x2.
-MODE: dict[str, int] = {q: 3 for q in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
-                                       "Q6_K")}
+QUANTIZED = frozenset(q for q, line in QTYPES.items() if "QLINEAR" in line)
+MODE: dict[str, int] = {q: 3 for q in QUANTIZED}
 # per mode, the integers x is rounded to per block of 32: max|x| maps to LEVELS (0: float)
 LEVELS: dict[int, int] = {0: 0, 1: 127, 2: 32767, 3: 16256}
 
 MAX_WEIGHTS = 4  # weights one kernel takes against the same x (quant.h's BRAZE_QMAXW)
-QUANTIZED = frozenset(q for q, line in QTYPES.items() if "QLINEAR" in line)
 _CALL = re.compile(r"braze_(?:qlinear|rowf|row)_(\w+)\b")
 
 
