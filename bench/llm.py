@@ -83,10 +83,11 @@ CPU_FLAGS = ("avx512_vnni", "avx_vnni", "avx512f", "avx2", "amx_tile")
 # Every timed model call goes through these two functions, so that when decoding runs
 # through a captured step (issue 14) the benchmark is pointed at it here and nowhere else.
 
-def prefill(model: Any, caches: Any, ids: list[int]) -> np.ndarray:
-    """Run a prompt into ``caches``; the last position's logits (read back, as a user would)."""
-    from braze import tensor
-    return np.asarray(model(tensor([ids]), caches, last_only=True)[0, -1].numpy())
+def prefill(session: Any, ids: list[int]) -> np.ndarray:
+    """Run a prompt into a session's empty caches as ``braze generate`` does
+    (``braze.generate.PrefillStep``: padded to a length bucket, captured after two
+    prompts of it); the last position's logits (read back, as a user would)."""
+    return np.asarray(session.prefill(ids))
 
 
 WARMUP_STEPS = 8  # untimed decoding steps before the latency run: the capture watches 3
@@ -134,7 +135,7 @@ def _decode_run(model: Any, first: int, steps: int, cache_len: int, warmup: int 
     with decode_session(model, cache_len) as session:
         caches = session.caches
         _materialize(caches)
-        token = int(np.argmax(prefill(model, caches, [first])))
+        token = int(np.argmax(prefill(session, [first])))
         for _ in range(warmup):  # the steps a capture watches before it replays
             token = int(np.argmax(decode_step(session, token)))
         times: list[float] = []
@@ -162,13 +163,15 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
     p, g, lat = args.prompt_tokens, args.gen_tokens, args.latency_tokens
 
     def one_prefill() -> float:
-        caches = model.new_cache(p)
-        _materialize(caches)
-        t = time.perf_counter()
-        prefill(model, caches, ids)
-        return time.perf_counter() - t
+        with decode_session(model, p + 1) as session:  # a fresh generation's: empty caches
+            _materialize(session.caches)
+            t = time.perf_counter()
+            prefill(session, ids)
+            return time.perf_counter() - t
 
-    pp_first = one_prefill()  # warm-up: schedules and compiles the prompt's plan
+    # warm-up: schedules and compiles the prompt's plan; then the capture watches a second prompt
+    pp_first = one_prefill()
+    one_prefill()
     pp = [one_prefill() for _ in range(args.reps)]
 
     cache_len = 1 + max(g, lat + WARMUP_STEPS)
@@ -548,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
                      "decode_cache_len": 1 + max(args.gen_tokens, args.latency_tokens + WARMUP_STEPS),
                      "latency_warmup_steps": WARMUP_STEPS,
                      "thread_env": list(THREAD_VARS)},
-        "timed_calls": {"prefill": "model(tensor([ids]), caches, last_only=True)[0, -1].numpy()",
+        "timed_calls": {"prefill": "decode_session(model, n).prefill(ids): padded to its bucket, captured after two prompts",
                         "decode_step": "decode_session(model, n)(token): the model's step, captured after "
                                        "its first steps (what braze generate runs); a session's caches and "
                                        "capture serve the next run, as a llama.cpp context does"},

@@ -19,6 +19,11 @@ which the replay reuses. A step that does not fit (the plans differ, a value is 
 affine in the position, a flush ran on the reference executor) is not captured: the
 caller keeps calling the function, and ``reason`` says why.
 
+A *static* capture (``StepCapture(static=True)``, a prompt's prefill padded to a
+length bucket) has no position: two runs at the same cache position must agree in
+every offset and value, and what differs between its calls lives in tensors the
+caller writes in place (the token ids, the row whose logits it wants).
+
 A replay is one call into compiled code (``braze_replay``, below): it writes the
 moving pointers and scalars, then calls every kernel of the step in order, over
 argument arrays built once and the plans' arenas held by the capture; so a step whose
@@ -75,7 +80,9 @@ class StepCapture:
     """Observe ``fn`` at consecutive positions, then replay it: ``observe(pos, fn)``
     until ``ready`` (or ``reason`` says why it never will be), then ``replay(pos)``."""
 
-    def __init__(self) -> None:
+    def __init__(self, static: bool = False) -> None:
+        self.static = static
+        self.observations = 2 if static else OBSERVATIONS
         self.runs: list[tuple[int, list[Any], Tensor]] = []
         self.segments: list[_Segment] | None = None
         self.out: tuple[Storage, Layout] | None = None
@@ -99,10 +106,10 @@ class StepCapture:
             planmod.observers.pop()
         if self.reason:
             return arr
-        if self.runs and pos != self.runs[-1][0] + 1:
-            self.runs.clear()  # not consecutive: start over
+        if self.runs and pos != self.runs[-1][0] + (0 if self.static else 1):
+            self.runs.clear()  # not consecutive (or, static, not at the same position): start over
         self.runs.append((pos, seen, out))
-        if len(self.runs) == OBSERVATIONS:
+        if len(self.runs) == self.observations:
             why = self._build()
             self.runs.clear()
             self.attempts += 1
@@ -128,19 +135,19 @@ class StepCapture:
 
     # -- building -------------------------------------------------------------------------
     def _build(self) -> str:
-        """Compare the three runs; set ``segments``, or return why the step cannot be captured."""
-        (p0, a, out_a), (_, b, out_b), (_, c, out_c) = self.runs
-        if not a or any(r is None for r in a + b + c):
+        """Compare the runs; set ``segments``, or return why the step cannot be captured."""
+        p0, first, out_a = self.runs[0]
+        seens = [seen for _, seen, _ in self.runs]
+        if not first or any(r is None for seen in seens for r in seen):
             return "a flush of the step ran on the reference executor"
-        if not (len(a) == len(b) == len(c)) or any(x.plan is not y.plan or x.plan is not z.plan
-                                                   for x, y, z in zip(a, b, c)):
+        if any(len(seen) != len(first) or any(x.plan is not y.plan for x, y in zip(first, seen)) for seen in seens):
             return "the step's flushes do not replay the same plans at every position"
-        if out_a._layout != out_b._layout or out_a._layout != out_c._layout:
+        if any(out._layout != out_a._layout for _, _, out in self.runs):
             return "the step's output moves with the position"
-        made: list[set[int]] = [set(), set(), set()]  # storages each run's step produced so far
+        made: list[set[int]] = [set() for _ in self.runs]  # storages each run's step produced so far
         segments = []
-        for ra, rb, rc in zip(a, b, c):
-            seg = _segment(ra, rb, rc, made)
+        for ran in zip(*seens):
+            seg = _segment(list(ran), made, self.static)
             if isinstance(seg, str):
                 return seg
             segments.append(seg)
@@ -159,42 +166,56 @@ class StepCapture:
         return ""
 
 
-def _segment(a: Any, b: Any, c: Any, made: list[set[int]]) -> _Segment | str:
-    """One flush of the step, from its three observations."""
+def _steps(values: list[Any]) -> Any:
+    """The step between consecutive observations when it is one and the same (the
+    values are affine in the position), else None."""
+    d = values[1] - values[0]
+    return d if all(np.array_equal(b - a, d) for a, b in zip(values[1:], values[2:])) else None
+
+
+def _segment(runs: list[Any], made: list[set[int]], static: bool) -> _Segment | str:
+    """One flush of the step, from its observations (``static``: all at one position,
+    so nothing may differ between them)."""
+    a = runs[0]
     values = []
     storages = list(a.storages)
-    for k, (sa, sb, sc) in enumerate(zip(a.storages, b.storages, c.storages)):
-        if sa is sb is sc or k in a.produced:
+    for k, group in enumerate(zip(*(r.storages for r in runs))):
+        sa = group[0]
+        if all(s is sa for s in group) or k in a.produced:
             continue
-        if id(sa) in made[0] and id(sb) in made[1] and id(sc) in made[2]:
+        if all(id(s) in m for s, m in zip(group, made)):
             continue  # an intermediate of the step, made by an earlier flush
-        va, vb, vc = sa.data(), sb.data(), sc.data()
-        if va.shape != vb.shape or va.dtype != vb.dtype:
+        vs = [s.data() for s in group]
+        if any(v.shape != vs[0].shape or v.dtype != vs[0].dtype for v in vs):
             return "an input of the step changes type or size with the position"
-        if np.array_equal(va, vb) and np.array_equal(vb, vc):
+        if all(np.array_equal(vs[0], v) for v in vs[1:]):
             continue  # made anew each step with the same values
-        if va.dtype.kind not in "iuf":
+        if static:
+            return f"an input of the step ({sa.dtype.name} of {vs[0].size}) differs between runs at one position"
+        if vs[0].dtype.kind not in "iuf":
             return f"an input of the step ({sa.dtype.name}) changes with the position and is not a number"
-        dv = vb - va
-        if va.size > 64 or not np.array_equal(vc - vb, dv):
-            return f"an input of the step ({sa.dtype.name} of {va.size}) is not affine in the position"
-        copy = va.copy()
+        dv = _steps(vs)
+        if vs[0].size > 64 or dv is None:
+            return f"an input of the step ({sa.dtype.name} of {vs[0].size}) is not affine in the position"
+        copy = vs[0].copy()
         private = Storage(sa.dtype, sa.device, sa.numel, copy)
         storages[k] = private
-        values.append((copy, va.copy(), dv))
-    for run, s in zip(made, (a, b, c)):
-        run.update(id(s.storages[k]) for k in s.produced)
+        values.append((copy, vs[0].copy(), dv))
+    for m, r in zip(made, runs):
+        m.update(id(r.storages[k]) for k in r.produced)
     moving: dict[int, list[_Moving]] = {}
-    for i, (na, nb, nc) in enumerate(zip(a.nodes, b.nodes, c.nodes)):
+    for i, ns in enumerate(zip(*(r.nodes for r in runs))):
         moves = []
-        for outputs, ops in ((False, zip(na.inputs, nb.inputs, nc.inputs)), (True, zip(na.outputs, nb.outputs, nc.outputs))):
-            for j, (oa, ob, oc) in enumerate(ops):
-                la, lb, lc = oa.layout, ob.layout, oc.layout
-                if la.offset == lb.offset == lc.offset:
+        for outputs in (False, True):
+            for j, ops in enumerate(zip(*(n.outputs if outputs else n.inputs for n in ns))):
+                offsets = [o.layout.offset for o in ops]
+                if all(off == offsets[0] for off in offsets):
                     continue
-                if lb.offset - la.offset != lc.offset - lb.offset:
-                    return f"{na.op.name}: an operand's offset is not affine in the position"
-                moves.append(_Moving(i, outputs, j, la.offset, lb.offset - la.offset))
+                delta = None if static else _steps(offsets)
+                if delta is None:
+                    return f"{ns[0].op.name}: an operand's offset " + \
+                        ("differs between runs at one position" if static else "is not affine in the position")
+                moves.append(_Moving(i, outputs, j, offsets[0], int(delta)))
         if moves:
             moving[i] = moves
     return _Segment(a.plan, a.nodes, storages, moving, values)

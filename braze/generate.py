@@ -101,6 +101,7 @@ class DecodeStep:
         self.ids_t = from_numpy(self.ids)
         # a model whose caches do not say their length has no position to capture by
         self.capture = StepCapture() if capture and caches and hasattr(caches[0], "length") else None
+        self.prefill = PrefillStep(model, caches, capture)
 
     @property
     def captured(self) -> bool:
@@ -128,6 +129,84 @@ class DecodeStep:
         if cap is not None and not cap.reason:
             return cap.observe(self.caches[0].length, lambda: self.model(self.ids_t, self.caches)[0, -1])
         return self.model(self.ids_t, self.caches)[0, -1].numpy()
+
+
+PREFILL_BUCKETS = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)  # prompt lengths a prefill is padded to
+
+
+@dataclass
+class _Bucket:
+    """A bucket's padded token ids and logits row, tensors written in place, and its capture."""
+
+    ids: np.ndarray
+    ids_t: Any
+    at: np.ndarray
+    at_t: Any
+    capture: StepCapture | None
+
+
+class PrefillStep:
+    """A prompt into empty KV caches: its last token's logits.
+
+    A prompt of n tokens runs padded to the next of ``PREFILL_BUCKETS`` (B tokens). The
+    padding comes after the prompt, so causal attention keeps it out of every real
+    position; its keys and values land past the caches' length, where decoding
+    overwrites them; the logits are taken at row n - 1 through a row gather whose index,
+    like the ids, is a tensor written in place. So every prompt of a bucket records the
+    same program: one fused plan per bucket (compiled once, then loaded from the plan
+    cache: a new prompt length compiles nothing), and, with ``capture``, after two
+    prompts a capture of it (``StepCapture(static=True)``) that the next ones replay
+    with one call, no ops recorded, as a decoding step does. Prompts longer than the
+    last bucket, or that do not fit the caches padded, run as they are, recorded; so does
+    everything on the reference executor (``BRAZE_FUSION=0``), where padding would only
+    cost time. Up to 8 tokens a prompt takes the matrix-vector path (per row), past it the
+    tiled GEMM, whose cost is flat up to ~48 rows: hence the buckets."""
+
+    def __init__(self, model: Any, caches: list[Any], capture: bool = True) -> None:
+        self.model, self.caches, self.capture = model, caches, capture
+        self.buckets: dict[int, _Bucket] = {}
+
+    def bucket(self, n: int) -> int | None:
+        """The padded length of an n-token prompt, or None where it runs unpadded."""
+        c = self.caches[0] if self.caches else None
+        if c is None or not hasattr(c, "length") or c.length != 0 or not fusion_enabled():
+            return None
+        return next((b for b in PREFILL_BUCKETS if n <= b <= c.max_len), None)
+
+    @property
+    def captured(self) -> list[int]:
+        """The buckets whose prefill replays a capture."""
+        return sorted(b for b, k in self.buckets.items() if k.capture is not None and k.capture.ready)
+
+    def __call__(self, prompt_ids: Sequence[int]) -> np.ndarray:
+        n = len(prompt_ids)
+        b = self.bucket(n)
+        if b is None:
+            return self.model(tensor([list(prompt_ids)]), self.caches, last_only=True)[0, -1].numpy()
+        k = self.buckets.get(b)
+        if k is None:
+            ids, at = np.zeros((1, b), np.int64), np.zeros(1, np.int64)
+            k = self.buckets[b] = _Bucket(ids, from_numpy(ids), at, from_numpy(at),
+                                          StepCapture(static=True) if self.capture else None)
+        vocab = self.model.config.vocab_size
+        bad = next((t for t in prompt_ids if not 0 <= t < vocab), None)
+        if bad is not None:  # a replay reads embedding rows unchecked
+            raise IndexOutOfRange("embedding", bad, vocab, 0)
+        k.ids[0, :n] = prompt_ids
+        k.ids[0, n:] = 0
+        k.at[0] = n - 1
+        cap = k.capture
+        if stream_of(CPU).nodes:  # recorded work (the caches' zeros) runs first, outside the step
+            stream_of(CPU).flush()
+        if cap is not None and cap.ready:
+            logits = cap.replay(0)
+        elif cap is not None and not cap.reason:
+            logits = cap.observe(0, lambda: self.model(k.ids_t, self.caches, at=k.at_t)[0, -1])
+        else:
+            logits = self.model(k.ids_t, self.caches, at=k.at_t)[0, -1].numpy()
+        for c in self.caches:
+            c.length = n
+        return logits
 
 
 IDLE_SESSIONS = 2  # idle sessions kept per model (each holds KV caches), the most recent first
@@ -189,13 +268,12 @@ def generate_ids(model: Any, prompt_ids: Sequence[int], max_tokens: int, samplin
 
 def _generate(model: Any, step: "DecodeStep", prompt_ids: Sequence[int], max_tokens: int, sampling: Sampling,
               eos_ids: frozenset[int], stats: GenerationStats, ctx: int, limit: int) -> Iterator[int]:
-    caches = step.caches
     # greedy decoding draws nothing: numpy.random (and the libcrypto it maps) stay unloaded
     rng = np.random.default_rng(sampling.seed) if sampling.temperature > 0 else None
     history = list(prompt_ids)
     stats.prompt_tokens = len(prompt_ids)
     t0 = time.perf_counter()
-    logits = model(tensor([list(prompt_ids)]), caches, last_only=True)[0, -1].numpy()
+    logits = step.prefill(prompt_ids)
     stats.prompt_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     stats.stop_reason = "length"

@@ -1441,6 +1441,11 @@ def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
     if index.ndim > 1:
         raise RankMismatch("index_select", 1, index.shape)
     _check_index_values("index_select", index, input.shape[d] if input.ndim else 1, d)
+    if d == 0 and input.ndim == 2 and input.dtype is dt.float32 and index.dtype in (dt.int64, dt.int32):
+        # rows of a float32 table: the row-gather kernel of embeddings (``qembedding``,
+        # an ``ir.QRows``), not numpy between kernels, so a plan that picks rows (the
+        # logits' positions of a padded prompt) stays compiled code
+        return _record("qembedding", [input, index.reshape(-1)], k=input.shape[1], qtype="F32")
     return _record("index_select", [input, index.reshape(-1)], dim=d)
 
 
@@ -1459,7 +1464,7 @@ def qlinear(x: Tensor, weight: Tensor) -> Tensor:
 
 
 def qembedding(weight: Tensor, ids: Tensor) -> Tensor:
-    """Rows of a block-quantized (or float16/bfloat16) table at 1-d ``ids``, as float32."""
+    """Rows of a block-quantized (or float16/bfloat16/float32) table at 1-d ``ids``, as float32."""
     if ids.ndim != 1:
         raise RankMismatch("embedding", 1, ids.shape)
     _check_index_values("embedding", ids, weight.shape[0] if weight.ndim else 1, 0)

@@ -10,7 +10,7 @@ import pytest
 
 import braze
 from braze.capture import StepCapture
-from braze.generate import DecodeStep, generate_ids
+from braze.generate import PREFILL_BUCKETS, DecodeStep, PrefillStep, clear_sessions, generate_ids
 from braze.stream import fusion_enabled
 
 
@@ -90,22 +90,27 @@ def test_an_affine_step_replays_new_positions() -> None:
 
 
 def test_a_second_generation_replays_from_its_first_step(smollm: Any) -> None:
-    """A generation's caches and captured step outlive it (``decode_session``): the
-    next generation of the same length records its prompt and no decoding step."""
+    """A generation's caches and captured steps outlive it (``decode_session``): the
+    next generation of the same length records its prompt (the second prompt its
+    bucket's prefill capture watches) and no decoding step; the third records nothing."""
     if not fusion_enabled():
         pytest.skip("the fused executor only")
     model = smollm.model
     ids = smollm.tokenizer.encode("Paris is a city")
+    clear_sessions(model)  # sessions other tests left on the model have captured already
     first = list(generate_ids(model, ids, 10))
     caches = model.new_cache(64)
     before = braze.stats()
-    model(braze.tensor([ids]), caches, last_only=True)[0, -1].numpy()
+    PrefillStep(model, caches, capture=False)(ids)
     prompt_nodes = braze.stats()["nodes_recorded"] - before["nodes_recorded"]
     before = braze.stats()
     again = list(generate_ids(model, ids, 10))
     after = braze.stats()
     assert again == first
     assert after["nodes_recorded"] - before["nodes_recorded"] == prompt_nodes
+    third = list(generate_ids(model, ids, 10))
+    assert third == first
+    assert braze.stats()["nodes_recorded"] == after["nodes_recorded"]
 
 
 def test_a_replay_past_the_cache_is_refused(smollm: Any) -> None:
@@ -137,3 +142,75 @@ def test_max_context_bounds_a_generation(smollm: Any) -> None:
     ids = smollm.tokenizer.encode("The capital of France is")
     out = list(generate_ids(smollm.model, ids, 500, max_context=len(ids) + 7))
     assert len(ids) + len(out) <= len(ids) + 7
+
+
+# -- prefill, padded to a bucket and captured ------------------------------------------------
+
+def _unpadded(model: Any, ids: list[int], n: int) -> tuple[np.ndarray, list[Any]]:
+    caches = model.new_cache(n)
+    return model(braze.tensor([ids]), caches, last_only=True)[0, -1].numpy(), caches
+
+
+@pytest.mark.parametrize("n", [1, 7, 9, 20])
+def test_a_padded_prefill_gives_the_prompts_logits_and_caches(smollm: Any, n: int) -> None:
+    """Padding after the prompt changes nothing the prompt's positions compute: the
+    last token's logits, and the keys and values of every prompt position."""
+    if not fusion_enabled():
+        pytest.skip("the fused executor only: the reference executor runs prompts unpadded")
+    model = smollm.model
+    ids = [int(t) for t in np.random.default_rng(n).integers(0, model.config.vocab_size, n)]
+    want, plain = _unpadded(model, ids, 64)
+    caches = model.new_cache(64)
+    step = PrefillStep(model, caches)
+    assert step.bucket(n) == next(b for b in PREFILL_BUCKETS if b >= n)
+    got = step(ids)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    assert caches[0].length == n
+    for c, p in zip(caches, plain):
+        np.testing.assert_allclose(c.k.numpy()[:, :, :n], p.k.numpy()[:, :, :n], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(c.v.numpy()[:, :, :n], p.v.numpy()[:, :, :n], rtol=1e-4, atol=1e-4)
+
+
+def test_a_bucket_is_captured_after_two_prompts_and_then_replayed(smollm: Any) -> None:
+    if not fusion_enabled():
+        pytest.skip("the fused executor only: nothing is captured on the reference executor")
+    model = smollm.model
+    caches = model.new_cache(64)
+    step = PrefillStep(model, caches)
+    prompts = [[5, 6, 7, 8, 9, 10, 11, 12, 13, 14], [700, 3, 12] * 4, [41] * 16, [2, 9, 4000, 17, 5, 5, 6, 7, 8]]
+    for i, ids in enumerate(prompts):
+        for c in caches:
+            c.length = 0
+        before = braze.stats()
+        got = step(ids).copy()
+        after = braze.stats()
+        np.testing.assert_allclose(got, _unpadded(model, ids, 64)[0], rtol=1e-4, atol=1e-3)
+        assert caches[0].length == len(ids)
+        if i >= 2:  # two prompts watched, then one call into compiled code, nothing allocated
+            assert step.captured == [16]
+            assert after["nodes_recorded"] == before["nodes_recorded"]
+            assert after["c_calls"] == before["c_calls"] + 1
+            assert after["allocations"] == before["allocations"]
+
+
+def test_a_prompt_token_outside_the_vocabulary_is_refused_before_a_replay(smollm: Any) -> None:
+    model = smollm.model
+    caches = model.new_cache(64)
+    step = PrefillStep(model, caches)
+    for ids in ([1, 2, 3], [4, 5, 6], [7, 8, 9]):
+        for c in caches:
+            c.length = 0
+        step(ids)
+    for c in caches:
+        c.length = 0
+    with pytest.raises(braze.IndexOutOfRange, match="embedding"):
+        step([1, model.config.vocab_size, 2])
+
+
+def test_a_prompt_past_the_buckets_or_the_cache_runs_unpadded(smollm: Any) -> None:
+    model = smollm.model
+    step = PrefillStep(model, model.new_cache(64))
+    assert step.bucket(65) is None  # its bucket (96) is longer than the caches
+    assert step.bucket(PREFILL_BUCKETS[-1] + 1) is None
+    step.caches[0].length = 3
+    assert step.bucket(5) is None  # a prompt after others: the captures start at position 0

@@ -144,9 +144,10 @@ def test_decoding_replays_one_fused_plan(smollm: Any, monkeypatch: Any, capfd: A
     braze.reset_stats()
     fused = list(generate_ids(smollm.model, ids, 12))
     st = braze.stats()
-    # the prefill and the first decode step build plans (two each when a forward pass
-    # is longer than the stream's flush limit); every later flush replays one
-    assert st["plan_misses"] <= 4 and st["plan_hits"] >= st["flushes"] - 4, st
+    # the caches' zeros, the prefill and the first decode step build plans (two each
+    # when a forward pass is longer than the stream's flush limit); every later flush
+    # replays one
+    assert st["plan_misses"] <= 5 and st["plan_hits"] >= st["flushes"] - 5, st
     assert "running it on the reference executor" not in capfd.readouterr().err
     monkeypatch.setenv("BRAZE_FUSION", "0")
     assert list(generate_ids(smollm.model, ids, 12)) == fused

@@ -155,6 +155,21 @@ def test_fused_qlinear_is_a_kernel_not_an_extern_step(monkeypatch: Any) -> None:
     assert "QLinear" in kinds, kinds
 
 
+def test_float32_rows_picked_from_an_intermediate_are_the_row_kernel() -> None:
+    """``index_select`` of float32 rows (a padded prompt's last token) is ``ir.QRows``
+    in the fused plan, not numpy between kernels; an index outside is a typed error."""
+    a = np.random.default_rng(40).standard_normal((12, 40)).astype(np.float32)
+    planmod.clear()
+    got = (from_numpy(a) * 2).index_select(0, braze.tensor([11, 0, 5])).numpy()
+    np.testing.assert_array_equal(got, (a * 2)[[11, 0, 5]])
+    if fusion_enabled():
+        steps = [s for p in planmod.stored_plans() for s in p.steps]
+        assert not any(isinstance(s, planmod.ExternStep) for s in steps)
+        assert "QRows" in [type(s.step.kernel).__name__ for s in steps]
+    with pytest.raises(IndexOutOfRange, match="index_select"):
+        (from_numpy(a) * 2).index_select(0, braze.tensor([12]))
+
+
 @pytest.mark.parametrize("name", ["blk.0.ffn_up.weight", "blk.0.ffn_down.weight", "token_embd.weight"])
 @pytest.mark.parametrize("m", [1, 16])
 def test_real_model_tensors(smollm: Any, name: str, m: int) -> None:

@@ -111,13 +111,18 @@ class Llama(Module):
             self.blocks[0].attn.rotary.reserve(n)
         return [KVCache(batch, c.n_kv_heads, n, c.head_dim) for _ in range(c.n_layers)]
 
-    def forward(self, ids: Tensor, caches: list[KVCache] | None = None, last_only: bool = False) -> Tensor:
+    def forward(self, ids: Tensor, caches: list[KVCache] | None = None, last_only: bool = False,
+                at: Tensor | None = None) -> Tensor:
         """Logits (B, T, vocab) for token ids (B, T); with ``last_only`` just the last
-        position's, which is all that generation needs from a prompt."""
+        position's, which is all that generation needs from a prompt; with ``at`` (1-d
+        int64, indices into the B*T positions) those positions' logits, (1, len(at),
+        vocab): a padded prompt's last real token (``generate.PrefillStep``)."""
         x = self.embed(ids, dtype=float32)  # the residual stream is float32, whatever the table's type
         for i, block in enumerate(self.blocks):
             x = block(x, caches[i] if caches is not None else None)
-        if last_only:
+        if at is not None:
+            x = x.reshape(-1, x.shape[-1]).index_select(0, at).unsqueeze(0)
+        elif last_only:
             x = x[:, -1:]
         return self.output(self.norm(x))
 

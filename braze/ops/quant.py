@@ -4,7 +4,7 @@
   float16/bfloat16 (weights kept in their file's type beside float32 activations).
   Compiled as a quantized matmul kernel (``codegen/quant.h``); its reference here
   dequantizes w with the numpy dequantizers and multiplies in float32.
-- ``qembedding(w, ids)``: rows of a block-quantized (or half) table at token ids, as float32.
+- ``qembedding(w, ids)``: rows of a block-quantized (half, or float32) table at ids, as float32.
 - ``dequantize(w)``: the whole tensor as float32 (``Tensor.to(float32)``).
 
 A block tensor's rows are whole blocks; the functions that record these ops
@@ -94,8 +94,8 @@ def _qembedding_shape(op: str, shapes: Sequence[Shape], attrs: dict[str, Any]) -
 
 
 def _qembedding_dtype(op: str, dtypes: Sequence[DType], attrs: dict[str, Any]) -> list[DType]:
-    if not (dtypes[0].is_block or dtypes[0].is_half):
-        raise DtypeMismatch(op, dtypes, "the table must be block-quantized, float16 or bfloat16")
+    if not (dtypes[0].is_block or dtypes[0].is_half or dtypes[0] is dt.float32):
+        raise DtypeMismatch(op, dtypes, "the table must be block-quantized, float16, bfloat16 or float32")
     if dtypes[1] not in (dt.int64, dt.int32):
         raise DtypeMismatch(op, dtypes, f"indices must be int64 or int32, got {dtypes[1].name}")
     return [dt.float32]
