@@ -93,6 +93,8 @@ def find(s: "Scheduler", i: int) -> Chain | str:
     region = {s.key(out.storage)}
     chain = Chain(i, -1)
     for n in range(i + 1, len(nodes)):
+        if n in s.dead:
+            continue
         nd = nodes[n]
         keys = [s.key(o.storage) for o in nd.inputs]
         if nd.op.inplace:

@@ -34,6 +34,7 @@ from .. import dtypes as dt
 from .. import ir
 from ..layout import Layout, Shape
 from ..ops.lowering import REDUCTIONS, ReduceSpec
+from . import dce
 from . import recompute
 from . import chain
 from . import epilogue
@@ -76,7 +77,10 @@ class Scheduler:
         self.dtypes: dict[Key, dt.DType] = {}
         self.claimed: dict[int, chain.Chain] = {}  # node -> the chain that absorbs it
         self.pending: dict[Key, epilogue.Pending] = {}  # a plain QLinear step's result -> the step
+        self.dead = dce.dead_nodes(nodes, self.key, live)  # never scheduled, nor counted as readers
         for i, node in enumerate(nodes):
+            if i in self.dead:
+                continue
             # A write's target counts as read: the write needs the storage to exist.
             for o in list(node.inputs) + (list(node.outputs) if node.op.inplace else []):
                 self.readers.setdefault(self.key(o.storage), set()).add(i)
@@ -92,6 +96,8 @@ class Scheduler:
     def run(self) -> Schedule:
         for i, node in enumerate(self.nodes):
             lower = node.op.lower
+            if i in self.dead:
+                continue
             if i in self.claimed:
                 if self.claimed[i].last == i:
                     self.chain_end(self.claimed[i])
