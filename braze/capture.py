@@ -239,7 +239,7 @@ def _prepare(seg: _Segment) -> None:
             st = storages[k]
             if st.array is None:
                 st.array = memory.allocate(st.dtype.np, st.numel, "kernel")
-        ptrs = (ctypes.c_void_p * len(kstep.args))()
+        ptrs = (ctypes.c_void_p * (len(kstep.args) + len(step.extra)))(*([None] * len(kstep.args)), *step.extra)
         moving = []
         for j, (k, r) in enumerate(zip(kstep.args, kstep.refs)):
             st = storages[k]

@@ -33,6 +33,68 @@ from .dtypes import DType, bfloat16, float16, float32
 CHAIN_DTYPES = (float32, float16, bfloat16)
 
 
+class Size(int):
+    """A size that a generic kernel reads when it runs (``codegen/generic.py``): an int,
+    the value at the shape being rendered, on which every decision of the renderer is
+    taken, that is spelled as a C expression (``n0``, ``(n0 * n1)``). Sums, differences,
+    products, and quotients and remainders of non-negative values stay Sizes; anything
+    else the renderer derives from one is a plain int, rendered as a literal."""
+
+    expr: str
+
+    def __new__(cls, value: int, expr: str) -> "Size":
+        self = super().__new__(cls, value)
+        self.expr = expr
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Size, (int(self), self.expr))
+
+    def __str__(self) -> str:
+        return self.expr
+
+    __repr__ = __str__
+
+    def __format__(self, spec: str) -> str:
+        return self.expr if not spec else format(int(self), spec)
+
+    def _with(self, other: Any, value: int, sym: str, swap: bool = False) -> Any:
+        if not isinstance(other, int) or isinstance(other, bool):
+            return NotImplemented
+        a, b = (other, self) if swap else (self, other)
+        return Size(value, f"({a} {sym} {b})")
+
+    def __add__(self, other: Any) -> Any:
+        return self if other == 0 and not isinstance(other, Size) else self._with(other, int(self) + int(other), "+")
+
+    def __radd__(self, other: Any) -> Any:
+        return self if other == 0 and not isinstance(other, Size) else self._with(other, int(other) + int(self), "+", True)
+
+    def __sub__(self, other: Any) -> Any:
+        return self._with(other, int(self) - int(other), "-")
+
+    def __rsub__(self, other: Any) -> Any:
+        return self._with(other, int(other) - int(self), "-", True)
+
+    def __mul__(self, other: Any) -> Any:
+        return self if other == 1 and not isinstance(other, Size) else self._with(other, int(self) * int(other), "*")
+
+    def __rmul__(self, other: Any) -> Any:
+        return self if other == 1 and not isinstance(other, Size) else self._with(other, int(other) * int(self), "*", True)
+
+    def __floordiv__(self, other: Any) -> Any:  # C's / and % agree with Python's on non-negative values
+        if isinstance(other, int) and int(self) >= 0 and int(other) > 0:
+            return self._with(other, int(self) // int(other), "/")
+        return int(self) // other
+
+    def __mod__(self, other: Any) -> Any:
+        if isinstance(other, int) and int(self) >= 0 and int(other) > 0:
+            return self._with(other, int(self) % int(other), "%")
+        return int(self) % other
+
+    __hash__ = int.__hash__
+
+
 @dataclass(frozen=True)
 class Affine:
     """``offset + sum(coeffs[k] * coord[k])`` over the kernel's outer then inner coords."""

@@ -39,6 +39,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from . import ir
+from .codegen.generic import symbolize
 from .codegen.c import kernel_source, llc_bytes, module_source
 from .errors import CompileError
 from .runtime import cpu, memory
@@ -52,6 +54,10 @@ from .stream import NodeQueue, set_fused_executor
 class CompiledKernel:
     step: KernelStep
     fn: Any
+    #: a generic kernel's sizes (``codegen/generic.py``), held here, and their address:
+    #: the argument after the step's buffers
+    sizes: Any = None
+    extra: tuple[int, ...] = ()
 
 
 @dataclass
@@ -68,15 +74,19 @@ class Plan:
     #: before step i, these (storage, offset) get their arena view: at the first write,
     #: not earlier, so a buffer not yet computed still reads as pending if a step fails
     bind: list[list[tuple[int, int]]] = field(default_factory=list)
+    compiled: bool = False  # building it compiled new kernels (what BRAZE_SHAPE_VARIANTS counts)
 
 
-_PLAN_FORMAT = 5  # bump when the stored schedule's shape changes (2: arena, 3: refs, 4: rendered C, 5: epilogues)
-_variants: dict[Any, int] = {}  # how many shapes each shape-free form has been built for
+_PLAN_FORMAT = 6  # bump when the stored schedule's shape changes (2: arena, 3: refs, 4: rendered C, 5: epilogues, 6: generic kernels)
+_variants: dict[Any, int] = {}  # how many builds of each shape-free form compiled new kernels
+_shapes: dict[Any, int] = {}  # how many shapes of each shape-free form were built
 
 
 def _shape_variants() -> int:
-    """How many shapes one program is compiled for before braze stops specialising it."""
-    return int(os.environ.get("BRAZE_SHAPE_VARIANTS", "2"))
+    """How many shapes one program compiles kernels for before its new shapes run on the
+    reference executor (a shape whose kernels are all compiled already, as generic ones
+    are, costs only its scheduling, and is never refused)."""
+    return int(os.environ.get("BRAZE_SHAPE_VARIANTS", "4"))
 
 
 _warned: set[str] = set()
@@ -341,23 +351,30 @@ def stored_plans() -> Iterator[Plan]:
 
 # -- building a plan ---------------------------------------------------------------------
 
-def _build(nodes: Sequence[Any], form: Form, live: frozenset[int], key: Any) -> Plan:
+def _build(nodes: Sequence[Any], form: Form, live: frozenset[int], key: Any, compile_new: bool = True,
+           generic: bool = False) -> Plan | None:
     """Schedule (or load the stored schedule of) a stream, then compile its kernels.
     The stored schedule carries its rendered C too, so a new process neither schedules
-    nor renders: it finds the compiled object by the source's hash and loads it."""
-    path = _plan_path(key)
+    nor renders: it finds the compiled object by the source's hash and loads it. None,
+    without ``compile_new``, when a module of its kernels is not compiled yet. With
+    ``generic`` the kernels that can be are generic in their sizes."""
+    path = _plan_path((key, generic))
     stored = _load(path) if path is not None else None
     if not (isinstance(stored, tuple) and len(stored) == 6):
         sched = schedule(nodes, form.key_of, set(live))
         release, intervals = _lifetimes(sched.steps, nodes, form.key_of, live)
         offsets, arena_bytes = place(intervals, {k: form.storages[k].numel * form.storages[k].dtype.itemsize
                                                  for k in intervals})
-        stored = (sched.steps, sched.materialized, release, offsets, arena_bytes, _render(sched.steps))
+        stored = (sched.steps, sched.materialized, release, offsets, arena_bytes, _render(sched.steps, generic))
         if path is not None:
             _save(path, stored)
     steps, materialized, release, offsets, arena_bytes, rendered = stored
+    fresh = not all(cpu.is_cached(source) for source, names in rendered[0] if names)
+    if fresh and not compile_new:
+        return None
     _say_slow_steps(steps, nodes)
-    return Plan(_compile(steps, rendered), materialized, release, offsets, arena_bytes, _binds(steps, offsets))
+    return Plan(_compile(steps, rendered), materialized, release, offsets, arena_bytes, _binds(steps, offsets),
+                compiled=fresh)
 
 
 _slow_said: set[str] = set()
@@ -378,32 +395,49 @@ def _say_slow_steps(steps: Sequence[Any], nodes: Sequence[Any]) -> None:
                       file=sys.stderr)
 
 
-Rendered = tuple[str, list[str], list[str]]  # module source, its kernel names, each kernel step's name
+#: the C modules (source, kernel names), and each kernel step's (module, name) and sizes
+Rendered = tuple[list[tuple[str, list[str]]], list[tuple[int, str]], list[tuple[int, ...]]]
 
 
-def _render(sched_steps: Sequence[Any]) -> Rendered:
-    """The C module of a schedule's kernels. Identical kernels (every layer of a model
-    computes the same thing on other weights) are rendered, and compiled, once:
-    kernels read their buffers through arguments."""
-    unique: dict[str, str] = {}
-    step_names = []
+def _render(sched_steps: Sequence[Any], generic: bool = False) -> Rendered:
+    """The C of a schedule's kernels, in two modules: the generic kernels (with
+    ``generic``; ``codegen/generic.py``), whose text, and so compiled object, is the same
+    at every shape of the program that renders them alike, and the others. Identical kernels
+    (every layer of a model computes the same thing on other weights) are rendered, and
+    compiled, once: kernels read their buffers (and sizes) through arguments."""
+    unique: list[dict[str, str]] = [{}, {}]  # generic, specialised: body -> name
+    step_names: list[tuple[int, str]] = []
+    step_sizes: list[tuple[int, ...]] = []
     for st in sched_steps:
         if isinstance(st, KernelStep):
-            body = kernel_source(st.kernel, "KERNEL")
-            step_names.append(unique.setdefault(body, f"braze_k{len(unique)}"))
-    # every use of the name: a quantized matmul's epilogue is a function of its own, KERNEL_ep
-    source = module_source([re.sub(r"\bKERNEL(?=\b|_ep\b)", n, body) for body, n in unique.items()]) if unique else ""
-    return source, list(unique.values()), step_names
+            g = symbolize(st.kernel) if generic and isinstance(st.kernel, ir.Kernel) else None
+            which, body = (0, kernel_source(g[0], "KERNEL", len(g[1]))) if g else (1, kernel_source(st.kernel, "KERNEL"))
+            names = unique[which]
+            step_names.append((which, names.setdefault(body, f"braze_{'gk'[which]}{len(names)}")))
+            step_sizes.append(g[1] if g else ())
+    # every use of the name: a quantized matmul's epilogue is a function of its own
+    # (KERNEL_ep), so are a generic kernel's two bodies (KERNEL_s, KERNEL_p)
+    modules = [(module_source([re.sub(r"\bKERNEL(?=(_ep|_s|_p)?\b)", n, body) for body, n in u.items()]) if u else "",
+                list(u.values())) for u in unique]
+    return modules, step_names, step_sizes
 
 
 def _compile(sched_steps: Sequence[Any], rendered: Rendered) -> list[CompiledKernel | ExternStep]:
-    source, names, step_names = rendered
-    fns: dict[str, Any] = {}
-    if names:
-        lib = cpu.compile_c(source, names)
-        fns = {n: lib.function(n, [ctypes.c_void_p, ctypes.c_int64]) for n in names}
-    named = iter(step_names)
-    return [CompiledKernel(s, fns[next(named)]) if isinstance(s, KernelStep) else s for s in sched_steps]
+    modules, step_names, step_sizes = rendered
+    fns: list[dict[str, Any]] = []
+    for source, names in modules:
+        lib = cpu.compile_c(source, names) if names else None
+        fns.append({n: lib.function(n, [ctypes.c_void_p, ctypes.c_int64]) for n in names} if lib else {})
+    named = iter(zip(step_names, step_sizes))
+    out: list[CompiledKernel | ExternStep] = []
+    for s in sched_steps:
+        if not isinstance(s, KernelStep):
+            out.append(s)
+            continue
+        (which, name), sizes = next(named)
+        held = (ctypes.c_int64 * len(sizes))(*sizes) if sizes else None
+        out.append(CompiledKernel(s, fns[which][name], held, (ctypes.addressof(held),) if held is not None else ()))
+    return out
 
 
 def _lifetimes(steps: Sequence[Any], nodes: Sequence[Any], key_of: dict[int, int],
@@ -557,10 +591,10 @@ def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
                     st = storages[k]
                     if st.array is None:
                         st.array = memory.allocate(st.dtype.np, st.numel, "kernel")
-                ptrs = (ctypes.c_void_p * len(kstep.args))(*[
+                ptrs = (ctypes.c_void_p * (len(kstep.args) + len(step.extra)))(*[
                     storages[k].address() if r is None else
                     storages[k].address() + storages[k].dtype.nbytes(operand(nodes[r[0]], r[1]).layout.offset)
-                    for k, r in zip(kstep.args, kstep.refs)])
+                    for k, r in zip(kstep.args, kstep.refs)], *step.extra)
                 COUNTERS["kernel_launches"] += 1
                 COUNTERS["c_calls"] += 1
                 step.fn(ptrs, nthreads)
@@ -605,22 +639,24 @@ def _finish_before(nodes: Sequence[Any], failed: int) -> None:
             reference.run_node(node)
 
 
-def _refusal(entries: Sequence[tuple[Any, ...]]) -> str:
+_NEW_SHAPES = ("the same program keeps arriving with new shapes whose kernels are specialised to them "
+               "(decoding with a growing KV cache does this; generic kernels would not)")
+
+
+def _refusal(entries: Sequence[tuple[Any, ...]]) -> tuple[str, Any]:
     """Why a stream with no stored plan should run on the reference executor rather than
-    be planned, or "" to plan it."""
+    be planned, or "" to plan it, or ``_NEW_SHAPES`` to plan it only if that compiles
+    nothing new; and the program's shape-free form."""
     # The program without its shapes: ops, attributes, which storage each input is and
     # its dtype (the same program in another dtype is another program, not a new shape).
     shape_free = tuple((e[0], e[1], tuple((i[0], i[4]) for i in e[2])) for e in entries)
     try:
-        seen = _variants[shape_free] = _variants.get(shape_free, 0) + 1
+        compiled = _variants.get(shape_free, 0)
     except TypeError:
-        return "an op attribute is not hashable (such a stream cannot be stored)"
-    if seen > _shape_variants():
-        return ("the same program keeps arriving with new shapes (decoding with a growing KV cache "
-                "does this); kernels are specialised to shapes, so such a program runs unfused")
+        return "an op attribute is not hashable (such a stream cannot be stored)", None
     if _count >= _cap():
-        return f"{_count} different streams seen without repeats (BRAZE_PLAN_CAP)"
-    return ""
+        return f"{_count} different streams seen without repeats (BRAZE_PLAN_CAP)", shape_free
+    return (_NEW_SHAPES if compiled >= _shape_variants() else ""), shape_free
 
 
 def execute(nodes: "deque[Any]") -> None:
@@ -642,22 +678,34 @@ def execute(nodes: "deque[Any]") -> None:
         reference.run(nodes)
         return
     if plan is None:
-        unfused = _refusal(entries)
-        if not unfused:
+        unfused, shape_free = _refusal(entries)
+        if unfused in ("", _NEW_SHAPES):
+            compile_new, unfused = not unfused, ""
+            # A program's first shape gets kernels specialised to it (a few percent
+            # faster: constant trip counts); from its second on, generic ones, which
+            # every later shape replays without compiling (``codegen/generic.py``).
+            generic = _shapes.get(shape_free, 0) > 0
             COUNTERS["plan_misses"] += 1
             try:
-                plan = _build(list(nodes), form, live, (tuple(entries), live))
+                plan = _build(list(nodes), form, live, (tuple(entries), live), compile_new, generic)
             except CompileError as err:
                 # A kernel braze generated does not compile: a bug in braze, not in the
                 # user's program. Run this stream unfused (correct, slower).
                 unfused = f"a generated kernel failed to compile (please report this: {err})"
             else:
-                _insert(entries, live, plan)
+                if plan is None:
+                    unfused = _NEW_SHAPES
+                else:
+                    _shapes[shape_free] = _shapes.get(shape_free, 0) + 1
+                    if plan.compiled:
+                        _variants[shape_free] = _variants.get(shape_free, 0) + 1
+                    _insert(entries, live, plan)
     else:
         COUNTERS["plan_hits"] += 1
     if plan is None:
         if observers:
             observers[-1].append(None)  # a capture cannot replay what the reference executor ran
+        COUNTERS["unfused_flushes"] += 1
         key_head = unfused.split(" (")[0]
         if key_head not in _warned:
             _warned.add(key_head)
@@ -682,6 +730,7 @@ def clear() -> None:
     _root = TrieNode()
     _count = 0
     _variants.clear()
+    _shapes.clear()
 
 
 set_fused_executor(sys.modules[__name__])  # the stream flushes through this module

@@ -20,6 +20,7 @@ COUNTERS: dict[str, int] = dict(
     peak_bytes=0,
     plan_hits=0,
     plan_misses=0,
+    unfused_flushes=0,  # flushes the fused executor left to the reference executor (it says why on stderr, once)
     data_reads=0,  # sync points that read a tensor's data into Python (numpy, item, printing, indexing)
 )
 

@@ -225,14 +225,49 @@ def test_plan_cap_bounds_the_stored_plans(monkeypatch: Any, capfd: Any) -> None:
     assert "BRAZE_PLAN_CAP" in capfd.readouterr().err
 
 
-def test_shape_variants_bound_the_shapes_a_program_is_compiled_for(monkeypatch: Any, capfd: Any) -> None:
+def test_new_shapes_of_a_program_replay_its_generic_kernels(monkeypatch: Any, capfd: Any) -> None:
+    """Element-wise kernels are generic in their sizes (``codegen/generic.py``): every
+    shape of the program, of any rank, is planned and fused. The first gets kernels
+    specialised to it, the second generic ones, and no later shape compiles anything."""
     monkeypatch.setenv("BRAZE_SHAPE_VARIANTS", "2")
     monkeypatch.setattr(plan, "_warned", set())
-    braze.reset_stats()
-    for n in (3, 4, 5):
-        x = _randn(n, 7)
+    plan.clear()
+    built: list[bool] = []
+    orig = plan._build
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        p = orig(*args, **kw)
+        built.append(p is not None and p.compiled)
+        return p
+
+    monkeypatch.setattr(plan, "_build", spy)
+    for shape in [(3, 7), (4, 7), (50, 9), (2, 3, 5), (6, 1, 11), (129, 2)]:
+        x = _randn(*shape)
         np.testing.assert_allclose((x * 2.0).exp().numpy(), np.exp(x.numpy() * 2), rtol=1e-6)
-    assert braze.stats()["plan_misses"] == 2 and len(list(plan.stored_plans())) == 2
+    assert len(built) == 6 and not any(built[2:]), built
+    assert "reference executor" not in capfd.readouterr().err
+
+
+def test_shapes_that_keep_compiling_are_bounded(monkeypatch: Any, capfd: Any, tmp_path: Any) -> None:
+    """Attention kernels are specialised to their sizes: a program whose new shapes
+    each compile (a KV cache that grows by a concatenation) compiles for at most
+    BRAZE_SHAPE_VARIANTS of them, then runs on the reference executor, and says so."""
+    monkeypatch.setenv("BRAZE_SHAPE_VARIANTS", "2")
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))  # nothing compiled before
+    monkeypatch.setattr(plan, "_warned", set())
+    plan.clear()
+
+    def attention(q: Any, k: Any) -> Any:
+        return (q @ k.mT).softmax(-1) @ k
+
+    braze.reset_stats()
+    for n in (37, 41, 43, 47):
+        q, k = _randn(1, 5, 8), _randn(1, n, 8, seed=n)
+        s = q.numpy() @ k.numpy().transpose(0, 2, 1)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        want = (p / p.sum(-1, keepdims=True)) @ k.numpy()
+        np.testing.assert_allclose(attention(q, k).numpy(), want, rtol=1e-4, atol=1e-5)
+    assert len(list(plan.stored_plans())) == 2
     assert "new shapes" in capfd.readouterr().err
 
 

@@ -161,6 +161,8 @@ static inline void braze_sfence(void) {
 
 
 def _const(value: Any, d: DType) -> str:
+    if isinstance(value, ir.Size):  # a count read at run time (a mean's): exact, as the literal would be
+        return f"(({vtype(d)}){value})"
     if d.is_floating_point:
         v = float(value)
         if math.isnan(v):
@@ -608,6 +610,12 @@ def _streams(k: ir.Kernel) -> bool:
     argument is read: writes are deferred to the end of each block, which must not
     change what a later element of the block reads (an in-place op).
     """
+    return _may_stream(k) and _footprint(k) >= llc_bytes()
+
+
+def _may_stream(k: ir.Kernel) -> bool:
+    """Could this kernel's stores stream (every store contiguous along the innermost
+    loop, no written argument read)? Whether they should is a matter of size."""
     stores = [s for s in k.stages if isinstance(s, ir.Store)]
     if not stores or not k.inner or any(s.index.coeffs[-1] != 1 for s in stores):
         return False
@@ -615,7 +623,7 @@ def _streams(k: ir.Kernel) -> bool:
         for e in ir.stage_exprs(st):
             if any(isinstance(n, ir.Load) and k.args[n.arg][1] for n in ir.walk(e)):
                 return False
-    return _footprint(k) >= llc_bytes()
+    return True
 
 
 #: The renderer of chain kernels (``codegen/chain.py``, which builds on this module and
@@ -623,15 +631,27 @@ def _streams(k: ir.Kernel) -> bool:
 CHAIN_RENDERER: Callable[[ir.Kernel, list[str], dict[ir.Expr, str]], str] | None = None
 
 
-def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str) -> str:
-    """The C source of one kernel: ``void name(void **args, int64_t nthreads)``."""
+def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str, sizes: int = 0, stream: bool | None = None) -> str:
+    """The C source of one kernel: ``void name(void **args, int64_t nthreads)``. A
+    generic kernel (``codegen/generic.py``) reads its ``sizes`` named sizes from the
+    argument after its buffers, and decides when it runs whether its stores stream
+    (``_streams``: two bodies, chosen by its footprint). ``stream`` forces the choice."""
     if isinstance(k, ir.QLinear):
         return _epilogue_source(k, name) + quant.kernel_source(k, name)
     if isinstance(k, ir.QRows):
         return quant.kernel_source(k, name)
+    sized = [f"    const int64_t *restrict sz = (const int64_t *)args[{len(k.args)}];",
+             *(f"    const int64_t n{i} = sz[{i}]; (void)n{i};" for i in range(sizes))]
+    if sizes and stream is None and _may_stream(k) and prod(k.outer) and any(isinstance(s, ir.Store) for s in k.stages):
+        bodies = [kernel_source(k, f"{name}_{w}", sizes, w == "s").replace("void ", "static void ", 1) for w in "sp"]
+        return "\n".join(bodies + [f"void {name}(void **args, int64_t nthreads) {{", *sized,
+                                    f"    if ({_footprint(k)} >= {llc_bytes()}) {name}_s(args, nthreads);",
+                                    f"    else {name}_p(args, nthreads);", "}"])
     n_out, n_in = len(k.outer), len(k.inner)
     coords = [f"o{i}" for i in range(n_out)] + [f"i{i}" for i in range(n_in)]
     lines = [f"void {name}(void **args, int64_t nthreads) {{", *_pointers(k.args)]
+    if sizes:
+        lines += sized
     rows = prod(k.outer)
     row_len = prod(k.inner)
     if rows == 0:  # no row to compute (and a size-0 dim must not reach a % 0)
@@ -648,7 +668,7 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str) -> str:
     stash = _stashes(k, passes)
     # Not when the last pass stashes values in the output: that wrote its lines into
     # the cache already, and streaming over them gains nothing (softmax: 1.40x slower).
-    streamed = _streams(k) and not stash
+    streamed = (_streams(k) if stream is None else stream and _may_stream(k)) and not stash
     if streamed:  # each thread fences its streamed stores before the region's barrier
         lines += [f"    #pragma omp parallel {parallel}", "    {", "    #pragma omp for schedule(static) nowait"]
     else:
@@ -762,7 +782,8 @@ def _streamed_loop(k: ir.Kernel, coords: list[str], elem: Renderer, ind: str) ->
         out.append(f"{ind}for (int64_t i{j} = 0; i{j} < {size}; i{j}++) {{")
         ind += "    "
     last, size = f"i{n_in - 1}", k.inner[-1]
-    block = min(STREAM_BLOCK, size)
+    # a generic kernel's row may be any length: its blocks are always full-sized buffers
+    block = STREAM_BLOCK if isinstance(size, ir.Size) else min(STREAM_BLOCK, size)
     at = Renderer(coords[:-1] + [f"b{n_in - 1}"], n_outer=n_out)  # a store's index at the block's start
     out.append(f"{ind}for (int64_t b{n_in - 1} = 0; b{n_in - 1} < {size}; b{n_in - 1} += {block}) {{")
     ind += "    "

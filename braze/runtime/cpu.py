@@ -547,6 +547,16 @@ def compile_c(source: str, symbol_names: Sequence[str], flags: Sequence[str] | N
     return lib
 
 
+def is_cached(source: str, flags: Sequence[str] | None = None) -> bool:
+    """Would ``compile_c(source)`` find a built object (loaded in this process, or in
+    the cache directory) rather than compile?"""
+    key = cache_key(source, tuple(FLAGS if flags is None else flags))
+    with _loaded_lock:
+        if key in _loaded:
+            return True
+    return (cache_dir() / f"{key}.so").exists()
+
+
 def _load_or_build(cc: list[str], flags: Sequence[str], source: str, key: str) -> CompiledLibrary:
     directory = cache_dir()
     so = directory / f"{key}.so"

@@ -1,0 +1,163 @@
+"""Kernels generic in their sizes: one compiled kernel for every shape of a program.
+
+A kernel's IR holds its sizes as ints, and its C spelled them as literals, so every new
+shape of a program compiled anew (~0.3 s a kernel), and a program past
+``BRAZE_SHAPE_VARIANTS`` shapes ran on the reference executor, 10-60x slower.
+``symbolize`` turns a kernel's extents, and the strides and counts that are products
+of them, into ``ir.Size`` values: ints that the renderer spells as names read from a
+sizes argument when the kernel runs (``n0``, ``n1`` ...). The renderer takes every
+decision on the values, as before (a size of one, a tensor past the cache); only the
+spelling changes. So the rendered text is the kernel of this shape with its sizes
+named, and where two shapes of a program render the same text they are the same C
+program: the second reuses the first's compiled object with its own sizes (the
+compile cache is keyed by the text). Whatever the renderer derives from a size by
+other arithmetic stays a literal, so a shape on which it differs renders other text
+and compiles anew: a missed reuse, never a wrong kernel.
+
+Sizes are named by value: two extents of one value share a name, and a stride that
+happens to equal an extent takes its name; strides and offsets that are not made of
+extents (a slice's) are named too. Both only make the text of another shape
+differ (another compile), because each shape's text is rendered from its own values.
+
+Before naming, the loop nest is put in a canonical form, so that shapes of one program
+render alike whatever their rank and whichever split of rows the scheduler chose for
+their size: extents of 1 are dropped, neighbouring loops that every index walks as one
+(a contiguous run, or a broadcast over both) are merged, and an element-wise kernel is
+split as rows times its last loop. A GELU over (64, 256), (256, 1024) and (32, 512,
+2048) is then one kernel of (rows, columns); the largest also streams its stores past
+the cache, which is other text: two compiles for every shape of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from .. import ir
+from ..ir import Size
+
+
+def _indices(k: ir.Kernel) -> list[ir.Affine]:
+    out = []
+    for st in k.stages:
+        if isinstance(st, (ir.Store, ir.StoreRow)):
+            out.append(st.index)
+        for e in ir.stage_exprs(st):
+            out += [n.index for n in ir.walk(e) if isinstance(n, ir.Load)]
+    return out
+
+
+def _pinned(k: ir.Kernel) -> set[int]:
+    """Loops whose coordinate the kernel reads as a value or a range (``Coord``, a
+    cat's or pad's guard): they keep their place."""
+    pinned = set()
+    for st in k.stages:
+        for e in ir.stage_exprs(st):
+            for n in ir.walk(e):
+                if isinstance(n, ir.Coord):
+                    pinned.add(n.dim)
+                elif isinstance(n, ir.Load):
+                    pinned.update(c for c, _, _ in n.when)
+    return pinned
+
+
+def _reindexed(k: ir.Kernel, outer: tuple[int, ...], inner: tuple[int, ...],
+               coeffs: dict[ir.Affine, tuple[int, ...]]) -> ir.Kernel:
+    """``k`` over a new loop nest, each index's coefficients from ``coeffs``."""
+    def affine(a: ir.Affine) -> ir.Affine:
+        return ir.Affine(a.offset, coeffs[a])
+
+    def leaf(e: ir.Expr) -> ir.Expr:
+        return replace(e, index=affine(e.index)) if isinstance(e, ir.Load) else e
+
+    stages: list[ir.Stage] = []
+    for st in k.stages:
+        if isinstance(st, ir.Reduce):
+            stages.append(replace(st, expr=ir.mapped(st.expr, leaf)))
+        else:
+            assert isinstance(st, (ir.Store, ir.StoreRow))
+            stages.append(replace(st, index=affine(st.index), expr=ir.mapped(st.expr, leaf)))
+    return ir.Kernel(outer, inner, stages, k.args)
+
+
+def canonical(k: ir.Kernel) -> ir.Kernel:
+    """The same kernel over the fewest loops (see the module's doc); ``k`` itself when
+    it reads a coordinate or has repair terms (a rolling reduction), left as it is."""
+    if _pinned(k) or any(isinstance(st, ir.Reduce) and st.repair is not None for st in k.stages):
+        return k
+    indices = list(dict.fromkeys(_indices(k)))
+    dims = list(k.outer) + list(k.inner)
+    n_out = len(k.outer)
+    # loops as (extent, is outer, each index's coefficient)
+    loops = [(d, i < n_out, [a.coeffs[i] for a in indices]) for i, d in enumerate(dims) if d != 1]
+    if len(loops) > 1 and all(isinstance(st, ir.Store) for st in k.stages):
+        # element-wise: any split is the same work, so rows times the last loop
+        loops = [(d, j < len(loops) - 1, cs) for j, (d, _, cs) in enumerate(loops)]
+    merged: list[tuple[int, bool, list[int]]] = []
+    for d, out, cs in loops:
+        if merged:
+            pd, pout, pcs = merged[-1]
+            if pout == out and all(p == c * d for p, c in zip(pcs, cs)):
+                merged[-1] = (pd * d, out, cs)
+                continue
+        merged.append((d, out, cs))
+    outer = tuple(d for d, out, _ in merged if out)
+    inner = tuple(d for d, out, _ in merged if not out)
+    if (outer, inner) == (k.outer, k.inner):
+        return k
+    coeffs = {a: tuple(cs[j] for _, _, cs in merged) for j, a in enumerate(indices)}
+    return _reindexed(k, outer, inner, coeffs)
+
+
+def symbolize(k: ir.Kernel) -> tuple[ir.Kernel, tuple[int, ...]] | None:
+    """``k`` in canonical form with its sizes as ``ir.Size`` (and their values, in name
+    order), or None for a kernel that has none to name (every extent 1) or that renders
+    its own way (chain kernels, whose tiling is specialised to the head dims)."""
+    if any(isinstance(st, ir.Contract) for st in k.stages):
+        return None
+    k = canonical(k)
+    dims = list(k.outer) + list(k.inner)
+    named: dict[int, Size] = {}
+    for d in dims:
+        if d > 1 and d not in named:
+            named[d] = Size(d, f"n{len(named)}")
+    if not named:
+        return None
+    sized: dict[int, int] = dict(named)
+    for i in range(len(dims)):  # products of consecutive extents: a contiguous layout's strides
+        p: int = 1
+        for d in dims[i:]:
+            if d > 1:
+                p = p * named[d]
+                sized.setdefault(int(p), p)
+
+    for a in _indices(k):  # what is left: strides of views (a slice's rows) and offsets
+        for v in (*a.coeffs, a.offset):
+            if v > 1 and v not in sized:
+                named[v] = Size(v, f"n{len(named)}")
+                sized[v] = named[v]
+
+    def size(v: Any) -> Any:
+        return sized.get(v, v) if type(v) is int and v > 1 else v
+
+    def affine(a: ir.Affine) -> ir.Affine:
+        return ir.Affine(size(a.offset), tuple(size(c) for c in a.coeffs))
+
+    def expr(e: ir.Expr) -> ir.Expr:
+        if isinstance(e, ir.Load):
+            return replace(e, index=affine(e.index))
+        if isinstance(e, ir.Const):  # a mean's count
+            return replace(e, value=size(e.value))
+        return e
+
+    stages: list[ir.Stage] = []
+    for st in k.stages:
+        if isinstance(st, ir.Reduce):
+            stages.append(replace(st, expr=ir.mapped(st.expr, expr),
+                                  repair=None if st.repair is None else ir.mapped(st.repair, expr)))
+        elif isinstance(st, (ir.Store, ir.StoreRow)):
+            stages.append(replace(st, index=affine(st.index), expr=ir.mapped(st.expr, expr)))
+        else:
+            return None
+    out = ir.Kernel(tuple(named.get(d, d) for d in k.outer), tuple(named.get(d, d) for d in k.inner), stages, k.args)
+    return out, tuple(int(v) for v in named.values())

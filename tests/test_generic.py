@@ -1,0 +1,143 @@
+"""Kernels generic in their sizes (``codegen/generic.py``): every shape of a program
+after its first replays compiled kernels with its own sizes, and computes what the
+reference computes at that shape."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+import braze
+import braze.plan as plan
+from braze import dtypes as dt
+from braze import from_numpy, ir
+from braze.codegen.generic import canonical, symbolize
+from braze.ir import Size
+from braze.stream import fusion_enabled
+
+
+def test_a_size_is_spelled_by_name_and_computes_by_value() -> None:
+    a, b = Size(64, "n0"), Size(256, "n1")
+    assert f"{a * b}" == "(n0 * n1)" and a * b == 64 * 256
+    assert f"{a * 1}" == "n0" and f"{1 * a}" == "n0" and f"{a + 0}" == "n0"
+    assert f"{b // 16}" == "(n1 / 16)" and b // 16 == 16 and f"{a % 5}" == "(n0 % 5)" and a % 5 == 4
+    assert f"{3 - a}" == "(3 - n0)" and 3 - a == -61
+    assert f"{-a}" == "-64"  # what is not spelled stays a literal of the value: other text, never a wrong one
+    assert hash(a) == hash(64) and a == 64 and max(b, 1) is b
+
+
+def _kernel(outer: tuple[int, ...], inner: tuple[int, ...], *indices: ir.Affine) -> ir.Kernel:
+    loads = [ir.Load(i, a, dt.float32) for i, a in enumerate(indices[:-1])]
+    expr: ir.Expr = loads[0]
+    for ld in loads[1:]:
+        expr = ir.Op("add", (expr, ld), dt.float32)
+    n = len(indices) - 1
+    return ir.Kernel(outer, inner, [ir.Store(n, indices[-1], expr)], [(dt.float32, False)] * n + [(dt.float32, True)])
+
+
+def test_canonical_merges_what_every_index_walks_as_one() -> None:
+    # x (4, 5, 6) + b (6,): the first two loops merge into rows, b's broadcast keeps the last apart
+    k = _kernel((4, 5), (6,), ir.Affine(0, (30, 6, 1)), ir.Affine(0, (0, 0, 1)), ir.Affine(0, (30, 6, 1)))
+    c = canonical(k)
+    assert (c.outer, c.inner) == ((20,), (6,))
+    st = c.stages[0]
+    assert isinstance(st, ir.Store) and st.index.coeffs == (6, 1)
+    # a transposed read does not merge
+    t = _kernel((4,), (5,), ir.Affine(0, (1, 4)), ir.Affine(0, (5, 1)))
+    assert canonical(t) is t
+    # rows = 1 (a small tensor the scheduler left in one row) becomes rows x columns
+    s = canonical(_kernel((), (8, 16), ir.Affine(0, (16, 1)), ir.Affine(0, (16, 1))))
+    assert (s.outer, s.inner) == ((8,), (16,))
+
+
+def test_symbolize_names_extents_and_the_strides_made_of_them() -> None:
+    k = _kernel((8,), (16,), ir.Affine(0, (16, 1)), ir.Affine(0, (0, 1)), ir.Affine(0, (16, 1)))
+    got = symbolize(k)
+    assert got is not None
+    g, values = got
+    assert values == (8, 16) and [str(d) for d in g.outer + g.inner] == ["n0", "n1"]
+    st = g.stages[0]
+    assert isinstance(st, ir.Store) and [str(c) for c in st.index.coeffs] == ["n1", "1"]
+
+
+Program = Callable[[Any], Any]
+
+
+def _softmax(x: Any) -> Any:
+    e = (x - x.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def _layernorm(x: Any) -> Any:
+    c = x - x.mean(-1, keepdim=True)
+    return c * ((c * c).mean(-1, keepdim=True) + 1e-5).rsqrt()
+
+
+def _bias_gelu(x: Any) -> Any:  # a broadcast vector, a scalar, and tanh
+    b = braze.arange(x.shape[-1]).to(braze.float32) * 0.01
+    y = x + b
+    return 0.5 * y * (1 + (0.7978845608 * (y + 0.044715 * y * y * y)).tanh())
+
+
+def _sliced(x: Any) -> Any:  # views with offsets and strides into the input
+    return x[..., 1:] * 2 - x[..., :-1].abs()
+
+
+def _np_softmax(a: np.ndarray) -> np.ndarray:
+    e = np.exp(a - a.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _np_layernorm(a: np.ndarray) -> np.ndarray:
+    c = a - a.mean(-1, keepdims=True)
+    return c / np.sqrt((c * c).mean(-1, keepdims=True) + 1e-5)
+
+
+def _np_bias_gelu(a: np.ndarray) -> np.ndarray:
+    y = a + np.arange(a.shape[-1], dtype=np.float32) * np.float32(0.01)
+    return 0.5 * y * (1 + np.tanh(0.7978845608 * (y + 0.044715 * y ** 3)))
+
+
+CASES = [(_softmax, _np_softmax), (_layernorm, _np_layernorm), (_bias_gelu, _np_bias_gelu),
+         (_sliced, lambda a: a[..., 1:] * 2 - np.abs(a[..., :-1]))]
+SHAPES = [(3, 5), (17, 40), (2, 3, 33), (64, 100), (1, 7), (9, 1, 260), (130, 3)]
+
+
+@pytest.mark.parametrize("prog,ref", CASES, ids=[c[0].__name__ for c in CASES])
+def test_every_shape_of_a_program_computes_what_the_reference_does(prog: Program, ref: Callable[..., Any],
+                                                                  monkeypatch: Any, capfd: Any) -> None:
+    monkeypatch.setenv("BRAZE_SHAPE_VARIANTS", "3")  # generic kernels need no more
+    monkeypatch.setattr(plan, "_warned", set())
+    rng = np.random.default_rng(0)
+    for shape in SHAPES:
+        a = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(prog(from_numpy(a)).numpy(), ref(a), rtol=2e-5, atol=2e-5, err_msg=str(shape))
+    if fusion_enabled():
+        assert "reference executor" not in capfd.readouterr().err
+
+
+def test_a_generic_kernel_decides_its_streamed_stores_when_it_runs(monkeypatch: Any) -> None:
+    """Past the last-level cache a kernel streams its stores: a generic kernel has both
+    bodies, so a small and a large shape share one compiled object."""
+    if not fusion_enabled():
+        pytest.skip("the fused executor's kernels")
+    from braze.codegen import c
+    monkeypatch.setattr(c, "_LLC", 64 * 1024)  # a 64 KiB "cache": the larger shape is past it
+    monkeypatch.setattr(plan, "_plan_path", lambda key: None)  # render now, with this cache size
+    plan.clear()
+    built: list[bool] = []
+    orig = plan._build
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        p = orig(*args, **kw)
+        built.append(p is not None and p.compiled)
+        return p
+
+    monkeypatch.setattr(plan, "_build", spy)
+    rng = np.random.default_rng(1)
+    for shape in [(4, 33), (8, 40), (300, 200), (5, 6)]:
+        a = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose((from_numpy(a) * 3 + 1).exp().numpy(), np.exp(a * 3 + 1), rtol=1e-6)
+    assert not any(built[2:]), built
