@@ -70,7 +70,8 @@ class Plan:
     bind: list[list[tuple[int, int]]] = field(default_factory=list)
 
 
-_PLAN_FORMAT = 5  # bump when the stored schedule's shape changes (2: arena, 3: refs, 4: rendered C, 5: epilogues)
+# bump when the stored schedule's shape changes (2: arena, 3: refs, 4: rendered C, 5: epilogues, 6: prologues)
+_PLAN_FORMAT = 6
 _variants: dict[Any, int] = {}  # how many shapes each shape-free form has been built for
 
 
@@ -391,8 +392,8 @@ def _render(sched_steps: Sequence[Any]) -> Rendered:
         if isinstance(st, KernelStep):
             body = kernel_source(st.kernel, "KERNEL")
             step_names.append(unique.setdefault(body, f"braze_k{len(unique)}"))
-    # every use of the name: a quantized matmul's epilogue is a function of its own, KERNEL_ep
-    source = module_source([re.sub(r"\bKERNEL(?=\b|_ep\b)", n, body) for body, n in unique.items()]) if unique else ""
+    # every use of the name: a quantized matmul's epilogue and prologue are functions of their own
+    source = module_source([re.sub(r"\bKERNEL(?=\b|_ep\b|_pro\b)", n, body) for body, n in unique.items()]) if unique else ""
     return source, list(unique.values()), step_names
 
 
