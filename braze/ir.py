@@ -261,8 +261,21 @@ class QLinear:
     (m, n) result, whose expressions read weight i's sum at (r, j) as ``Acc(i)``; the
     plain matmul stores ``Acc(0)`` into y, fused element-wise work (a bias, a residual,
     ``silu(gate) * up``) stores what its group stored. Arguments: x, the weights, then
-    the epilogue's (``args``: dtype and written, from argument ``1 + weights`` on).
-    Rendered from ``codegen/quant.h``, the epilogue by ``codegen/c.py``."""
+    the epilogue's and the prologue's (``args``: dtype and written, from argument
+    ``1 + weights`` on). Rendered from ``codegen/quant.h``, the epilogue and prologue by
+    ``codegen/c.py``.
+
+    The ``prologue``, when there is one, is the group that computed x (a row-local
+    kernel: an RMSNorm, a LayerNorm, with whatever element-wise work it fused), done by
+    this kernel instead of a kernel of its own (``schedule/prologue.py``): a Kernel over
+    the group's coordinates, whose ``outer`` coordinates flatten to x's row r (``m``
+    rows) and whose ``inner`` ones to x's column (``k``), run once per row of x before x
+    is quantized. Its argument 0 is the row of x being computed (its Store to argument 0
+    writes element j of the row at inner index j); its arguments 1.. are the last
+    ``len(prologue.args) - 1`` of ``args``. Its other stores (the residual sum an
+    RMSNorm fused) are done as the group did them. x is then never stored: argument 0 of
+    the kernel is unused (the step passes weight 0 there). Only at few rows (decoding,
+    m <= ``codegen/quant.FEW``): prefill's GEMM reads x from memory, as before."""
 
     qtype: str
     m: int
@@ -275,6 +288,7 @@ class QLinear:
     weights: int = 1
     xoff: int = 0  # elements into x's argument (an intermediate's offset; 0 for a tensor given at run time)
     woff: tuple[int, ...] = (0,)  # bytes into each weight's argument
+    prologue: Kernel | None = None  # the group computing x, row by row (see above)
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,9 @@ class Plan:
     compiled: bool = False  # building it compiled new kernels (what BRAZE_SHAPE_VARIANTS counts)
 
 
-_PLAN_FORMAT = 6  # bump when the stored schedule's shape changes (2: arena, 3: refs, 4: rendered C, 5: epilogues, 6: generic kernels)
+# bump when the stored schedule's shape changes (2: arena, 3: refs, 4: rendered C, 5: epilogues, 6: prologues,
+# 7: generic kernels)
+_PLAN_FORMAT = 7
 _variants: dict[Any, int] = {}  # how many builds of each shape-free form compiled new kernels
 _shapes: dict[Any, int] = {}  # how many shapes of each shape-free form were built
 
@@ -415,10 +417,10 @@ def _render(sched_steps: Sequence[Any], generic: bool = False) -> Rendered:
             names = unique[which]
             step_names.append((which, names.setdefault(body, f"braze_{'gk'[which]}{len(names)}")))
             step_sizes.append(g[1] if g else ())
-    # every use of the name: a quantized matmul's epilogue is a function of its own
-    # (KERNEL_ep), so are a generic kernel's two bodies (KERNEL_s, KERNEL_p)
-    modules = [(module_source([re.sub(r"\bKERNEL(?=(_ep|_s|_p)?\b)", n, body) for body, n in u.items()]) if u else "",
-                list(u.values())) for u in unique]
+    # every use of the name: a quantized matmul's epilogue and prologue are functions of
+    # their own (KERNEL_ep, KERNEL_pro), so are a generic kernel's two bodies (KERNEL_s, KERNEL_p)
+    modules = [(module_source([re.sub(r"\bKERNEL(?=(_ep|_pro|_s|_p)?\b)", n, body) for body, n in u.items()])
+                if u else "", list(u.values())) for u in unique]
     return modules, step_names, step_sizes
 
 

@@ -101,8 +101,9 @@ def test_epilogues_are_no_kernels_of_their_own(m: int) -> None:
     assert launches(lambda: (r + qlinear(x, wg)).numpy()) == 1
     assert launches(lambda: F.linear(x, wg, b).numpy()) == 1
     assert launches(lambda: (F.silu(qlinear(x, wg)) * qlinear(x, wu)).numpy()) == 1
-    # different x: one matmul takes the epilogue, the other stays a kernel of its own
-    assert launches(lambda: (F.silu(qlinear(x, wg)) * qlinear(x + 1, wu)).numpy()) == 3
+    # different x: one matmul takes the epilogue, the other stays a kernel of its own; at
+    # decoding's few rows, x + 1 is that kernel's prologue (test_qlinear_prologue.py)
+    assert launches(lambda: (F.silu(qlinear(x, wg)) * qlinear(x + 1, wu)).numpy()) == (2 if m == 1 else 3)
     # a transposed read is not the matmul's [r, j]: refused, still right
     x2, w2, ref2, tol2 = product("Q8_0", 5, 5, seed=42)
     assert launches(lambda: (qlinear(x2, w2).T + 0.5).numpy()) == 2

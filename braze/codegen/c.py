@@ -637,7 +637,8 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str, sizes: int = 
     argument after its buffers, and decides when it runs whether its stores stream
     (``_streams``: two bodies, chosen by its footprint). ``stream`` forces the choice."""
     if isinstance(k, ir.QLinear):
-        return _epilogue_source(k, name) + quant.kernel_source(k, name)
+        return (_prologue_source(k, name) if k.prologue else "") + _epilogue_source(k, name) \
+            + quant.kernel_source(k, name)
     if isinstance(k, ir.QRows):
         return quant.kernel_source(k, name)
     sized = [f"    const int64_t *restrict sz = (const int64_t *)args[{len(k.args)}];",
@@ -647,8 +648,6 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str, sizes: int = 
         return "\n".join(bodies + [f"void {name}(void **args, int64_t nthreads) {{", *sized,
                                     f"    if ({_footprint(k)} >= {llc_bytes()}) {name}_s(args, nthreads);",
                                     f"    else {name}_p(args, nthreads);", "}"])
-    n_out, n_in = len(k.outer), len(k.inner)
-    coords = [f"o{i}" for i in range(n_out)] + [f"i{i}" for i in range(n_in)]
     lines = [f"void {name}(void **args, int64_t nthreads) {{", *_pointers(k.args)]
     if sizes:
         lines += sized
@@ -664,24 +663,38 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str, sizes: int = 
         return _column_source(k, lines, hoisted)
     total = rows * max(row_len, 1)
     parallel = f"num_threads(nthreads) if(nthreads > 1 && {total} > 32768)"
-    passes = _passes(k)
-    stash = _stashes(k, passes)
     # Not when the last pass stashes values in the output: that wrote its lines into
     # the cache already, and streaming over them gains nothing (softmax: 1.40x slower).
-    streamed = (_streams(k) if stream is None else stream and _may_stream(k)) and not stash
+    streamed = (_streams(k) if stream is None else stream and _may_stream(k)) and not _stashes(k, _passes(k))
     if streamed:  # each thread fences its streamed stores before the region's barrier
         lines += [f"    #pragma omp parallel {parallel}", "    {", "    #pragma omp for schedule(static) nowait"]
     else:
         lines.append(f"    #pragma omp parallel for {parallel} schedule(static)")
     lines.append(f"    for (int64_t row = 0; row < {rows}; row++) {{")
+    lines += _row_source(k, hoisted, "        ", streamed)
+    lines.append("    }")
+    if streamed:
+        lines += ["    braze_sfence();", "    }"]
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, streamed: bool) -> list[str]:
+    """The body of one row of a kernel (``row`` in scope): its outer coordinates, the
+    passes of its reductions, its row and element stores. Shared by the kernel's
+    parallel loop and a quantized matmul's prologue (one row of x at a time)."""
+    n_out, n_in = len(k.outer), len(k.inner)
+    coords = [f"o{i}" for i in range(n_out)] + [f"i{i}" for i in range(n_in)]
+    passes = _passes(k)
+    stash = _stashes(k, passes)
+    lines = []
     rest = "row"
     for i in range(n_out - 1, -1, -1):
         size = k.outer[i]
-        lines.append(f"        const int64_t o{i} = {rest} % {size};")
+        lines.append(f"{body_indent}const int64_t o{i} = {rest} % {size};")
         if i:
-            lines.append(f"        const int64_t q{i} = {rest} / {size};")
+            lines.append(f"{body_indent}const int64_t q{i} = {rest} / {size};")
             rest = f"q{i}"
-    body_indent = "        "
 
     def inner_loop(body: list[str], reduction: str = "") -> list[str]:
         if not k.inner:
@@ -732,24 +745,40 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str, sizes: int = 
         elem.expr(ir.Load(st.arg, st.index, k.args[st.arg][0]))
         elem.memo[e] = elem.memo.pop(ir.Load(st.arg, st.index, k.args[st.arg][0]))
     if streamed:
-        lines += _streamed_loop(k, coords, elem, body_indent)
-        lines += ["    }", "    braze_sfence();", "    }", "}"]
-        return "\n".join(lines)
+        return lines + _streamed_loop(k, coords, elem, body_indent)
     stores = [elem.store(s.arg, s.index, s.expr, k.args[s.arg][0]) for s in k.stages if isinstance(s, ir.Store)]
     if stores:
         lines += inner_loop(elem.take() + stores)
-    lines.append("    }")
-    lines.append("}")
-    return "\n".join(lines)
-
-
-def _pointers(args: list[tuple[DType, bool]] | tuple[tuple[DType, bool], ...], first: int = 0) -> list[str]:
-    """The typed pointer of each argument, numbered from ``first``."""
-    lines = []
-    for i, (d, written) in enumerate(args, first):
-        const = "" if written else "const "
-        lines.append(f"    {const}{CTYPE[d.name]} *restrict a{i} = ({const}{CTYPE[d.name]} *)args[{i}];")
     return lines
+
+
+def _pointers(args: list[tuple[DType, bool]] | tuple[tuple[DType, bool], ...], first: int = 0,
+              at: int | None = None) -> list[str]:
+    """The typed pointer of each argument, named from ``a{first}``, read from
+    ``args[at]`` on (``at`` defaults to ``first``)."""
+    lines = []
+    for i, (d, written) in enumerate(args):
+        const = "" if written else "const "
+        lines.append(f"    {const}{CTYPE[d.name]} *restrict a{first + i} = "
+                     f"({const}{CTYPE[d.name]} *)args[{(first if at is None else at) + i}];")
+    return lines
+
+
+def _prologue_source(k: ir.QLinear, name: str) -> str:
+    """``{name}_pro``, the group computing x (``quant.h``'s ``braze_qpro_fn``): its
+    kernel body for row ``row`` alone, argument 0 being the row of x it fills."""
+    p = k.prologue
+    assert p is not None
+    first = 1 + k.weights + _epilogue_args(k)  # its argument 1 in the matmul's list
+    lines = [f"static void {name}_pro(void **args, int64_t row, float *restrict xr) {{",
+             "    float *restrict a0 = xr;", *_pointers(p.args[1:], 1, first)]
+    hoisted = _hoist(p, lines)
+    return "\n".join(lines + _row_source(p, hoisted, "    ", False) + ["}"]) + "\n"
+
+
+def _epilogue_args(k: ir.QLinear) -> int:
+    """How many of a quantized matmul's ``args`` are its epilogue's (its prologue's follow)."""
+    return len(k.args) - (len(k.prologue.args) - 1 if k.prologue else 0)
 
 
 def _epilogue_source(k: ir.QLinear, name: str) -> str:
@@ -758,7 +787,7 @@ def _epilogue_source(k: ir.QLinear, name: str) -> str:
     read from ``acc[i]`` as ``c{i}``."""
     first = 1 + k.weights
     lines = [f"static void {name}_ep(void **args, int64_t r0, int64_t nr, int64_t j0, int64_t nj, "
-             "float *const *acc, int64_t ldc) {", *_pointers(k.args, first)]
+             "float *const *acc, int64_t ldc) {", *_pointers(k.args[:_epilogue_args(k)], first)]
     r = Renderer(["r", "j"], acc="c{}", n_outer=1)
     stores = [r.store(s.arg, s.index, s.expr, k.args[s.arg - first][0]) for s in k.epilogue]
     sums = [f"const float c{i} = acc[{i}][(r - r0) * ldc + (j - j0)];" for i in range(k.weights)]

@@ -468,14 +468,26 @@ static inline void braze_q_gemm_tile(int64_t m, int64_t n0, int64_t nt, int64_t 
 /* Thread-private scratch, grown as needed and kept (a decoding step allocates nothing
  * after the first). */
 static inline void *braze_q_scratch(int slot, size_t bytes) {
-    static _Thread_local void *buf[5];
-    static _Thread_local size_t have[5];
+    static _Thread_local void *buf[6];
+    static _Thread_local size_t have[6];
     if (have[slot] < bytes) {
         free(buf[slot]);
         buf[slot] = aligned_alloc(64, (bytes + 63) / 64 * 64);
         have[slot] = buf[slot] ? bytes : 0;
     }
     return buf[slot];
+}
+
+/* A kernel's prologue, rendered per kernel by codegen/c.py where the group that computed
+ * x (an RMSNorm) became part of the matmul: row r of x computed into `row` (k floats)
+ * from the group's own inputs, so x is never stored and read back. */
+typedef void (*braze_qpro_fn)(void **args, int64_t r, float *row);
+/* x's m rows by the prologue, into thread scratch (rows k apart), once per call: the
+ * quantizing (or, for float weights, every column block) then reads them as it read x. */
+static inline const float *braze_qprologue(int64_t m, int64_t k, braze_qpro_fn pro, void **args) {
+    float *rows = (float *)braze_q_scratch(5, (size_t)m * k * 4);
+    for (int64_t r = 0; r < m; r++) pro(args, r, rows + r * k);
+    return rows;
 }
 
 /* The GEMM path for every type: `rowf` dequantizes one W row to float. Each weight's
@@ -594,7 +606,9 @@ static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int6
 }                                                                                                            \
 BRAZE_QCOLS(T, MODE, CH)                                                                                     \
 static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda,                 \
-        const uint8_t *const *w, int nw, int64_t ldw, braze_qep_fn ep, void **args, int64_t nthreads) {      \
+        const uint8_t *const *w, int nw, int64_t ldw, braze_qep_fn ep, braze_qpro_fn pro, void **args,       \
+        int64_t nthreads) {                                                                                  \
+    if (pro) { x = braze_qprologue(m, k, pro, args); lda = k; }                                              \
     if (m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, braze_rowf_##T); return; } \
     /* x, once per call: sums per chunk for the offsets; int8/int16 blocks and their scales */             \
     const int64_t xsz = MODE == 1 ? 1 : 2;  /* bytes of x per element: int8x2 keeps hi then lo per row */    \
@@ -635,7 +649,9 @@ static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int6
 }                                                                                                            \
 BRAZE_QCOLS(T, 0, 32)                                                                                        \
 static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda,                 \
-        const uint8_t *const *w, int nw, int64_t ldw, braze_qep_fn ep, void **args, int64_t nthreads) {      \
+        const uint8_t *const *w, int nw, int64_t ldw, braze_qep_fn ep, braze_qpro_fn pro, void **args,       \
+        int64_t nthreads) {                                                                                  \
+    if (pro) { x = braze_qprologue(m, k, pro, args); lda = k; }                                              \
     if (m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, braze_row_##T); return; } \
     braze_qcols_##T(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, NULL, 0, NULL, NULL);                   \
 }

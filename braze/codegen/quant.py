@@ -47,6 +47,7 @@ MODE: dict[str, int] = {q: 3 for q in QUANTIZED}
 LEVELS: dict[int, int] = {0: 0, 1: 127, 2: 32767, 3: 16256}
 
 MAX_WEIGHTS = 4  # weights one kernel takes against the same x (quant.h's BRAZE_QMAXW)
+FEW = 8  # x rows up to which the kernel takes the matrix-vector path (quant.h's BRAZE_QFEW)
 _CALL = re.compile(r"braze_(?:qlinear|rowf|row)_(\w+)\b")
 
 
@@ -57,17 +58,19 @@ def supported(qtype: str) -> bool:
 def kernel_source(k: ir.QLinear | ir.QRows, name: str) -> str:
     """``void name(void **args, int64_t nthreads)``: x, the weights, then the epilogue's
     arguments (or w, ids, out) from the argument list. A QLinear's epilogue is the
-    function ``{name}_ep`` (``codegen/c.py`` renders it before this)."""
+    function ``{name}_ep``, its prologue ``{name}_pro`` (``codegen/c.py`` renders them
+    before this); with a prologue, x is not read from argument 0."""
     if isinstance(k, ir.QRows):
         row = f"braze_rowf_{k.qtype.lower()}" if k.qtype in QUANTIZED else f"braze_row_{k.qtype.lower()}"
         return (f"void {name}(void **args, int64_t nthreads) {{\n    (void)nthreads;\n"
                 f"    braze_qrows({k.n}, args[1], {int(k.ids64)}, (const uint8_t *)args[0], {k.ldw}, {k.rows}, {k.k},\n"
                 f"        (float *)args[2], {row});\n}}\n")
     ws = ", ".join(f"(const uint8_t *)args[{1 + i}] + {off}" for i, off in enumerate(k.woff))
+    x, pro = ("NULL", f"{name}_pro") if k.prologue else (f"(const float *)args[0] + {k.xoff}", "NULL")
     return (f"void {name}(void **args, int64_t nthreads) {{\n"
             f"    const uint8_t *const w[{k.weights}] = {{{ws}}};\n"
-            f"    braze_qlinear_{k.qtype.lower()}({k.m}, {k.n}, {k.k}, (const float *)args[0] + {k.xoff}, {k.lda}, w,"
-            f" {k.weights}, {k.ldw},\n        {name}_ep, args, nthreads);\n}}\n")
+            f"    braze_qlinear_{k.qtype.lower()}({k.m}, {k.n}, {k.k}, {x}, {k.lda}, w,"
+            f" {k.weights}, {k.ldw},\n        {name}_ep, {pro}, args, nthreads);\n}}\n")
 
 
 def instantiations(kernel_sources: list[str], mode: dict[str, int] | None = None) -> str:

@@ -54,6 +54,22 @@ def y_index(m: int, n: int) -> ir.Affine:
     return ir.Affine(0, (n if m > 1 else 0, 1 if n > 1 else 0))
 
 
+def flat_stride(coeffs: tuple[int, ...], sizes: tuple[int, ...]) -> int | None:
+    """The stride of the flat index of coordinates of ``sizes`` (row-major) in an index
+    with these coefficients, or None where it is not one (0 for no coordinate that moves)."""
+    s: int | None = None
+    span = 1
+    for c, size in reversed(list(zip(coeffs, sizes))):
+        if size == 1:
+            continue
+        if s is None:
+            s = c
+        elif c != s * span:
+            return None
+        span *= size
+    return 0 if s is None else s
+
+
 def _onto(shape: tuple[int, ...], m: int, n: int) -> Callable[[ir.Affine], ir.Affine | None] | None:
     """The map of an index over a group's coordinates (``shape``) onto (r, j) of an
     (m, n) result, where the leading coordinates flatten to r and the others to j; None
@@ -63,27 +79,14 @@ def _onto(shape: tuple[int, ...], m: int, n: int) -> Callable[[ir.Affine], ir.Af
     if split is None:
         return None
 
-    def stride(coeffs: tuple[int, ...], sizes: tuple[int, ...]) -> int | None:
-        s: int | None = None
-        span = 1
-        for c, size in reversed(list(zip(coeffs, sizes))):
-            if size == 1:
-                continue
-            if s is None:
-                s = c
-            elif c != s * span:
-                return None
-            span *= size
-        return 0 if s is None else s
-
     def at(a: ir.Affine) -> ir.Affine | None:
-        cr, cj = stride(a.coeffs[:split], shape[:split]), stride(a.coeffs[split:], shape[split:])
+        cr, cj = flat_stride(a.coeffs[:split], shape[:split]), flat_stride(a.coeffs[split:], shape[split:])
         return None if cr is None or cj is None else ir.Affine(a.offset, (cr, cj))
 
     return at
 
 
-def _touches(s: Scheduler, st: KernelStep | ExternStep) -> tuple[set[Key], set[Key]]:
+def touches(s: Scheduler, st: KernelStep | ExternStep) -> tuple[set[Key], set[Key]]:
     """The storages a step reads and those it writes."""
     if isinstance(st, ExternStep):
         node = s.nodes[st.node]
@@ -146,7 +149,7 @@ def fold(s: Scheduler, step: KernelStep) -> KernelStep | str:
     for st in s.steps[start:]:
         if any(st is p.step for _, p in found):
             continue
-        reads, writes = _touches(s, st)
+        reads, writes = touches(s, st)
         if writes & inputs or reads & set(ys):
             return "a step between the matmul and the group writes its x or weight, or reads its result"
     nodes = set(step.nodes) | {p.step.nodes[0] for _, p in found}

@@ -19,7 +19,9 @@ reshape that is not a view in these coordinates) refuses the fusion, with a reas
 When a group closes, a value is stored (materialised) only if Python can still reach
 its tensor or a node outside the group reads it; everything else stays in registers.
 A closing element-wise group that reads quantized matmuls' results element for element
-becomes their epilogue instead of a kernel of its own (``epilogue.py``).
+becomes their epilogue instead of a kernel of its own (``epilogue.py``); a group
+whose result only quantized matmuls read, at decoding's few rows, becomes their
+prologue (``prologue.py``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from . import dce
 from . import recompute
 from . import chain
 from . import epilogue
+from . import prologue
 from .group import ExternStep, Group, Key, KernelStep, Value, affine
 from ..codegen import quant as quant_kernels
 
@@ -121,6 +124,8 @@ class Scheduler:
                 self.extern(i, node)
         for g in list(self.open):
             self.close(g)
+        for n, why in prologue.fold(self):
+            refuse(self.nodes[n], f"not a quantized matmul's prologue: {why}")
         return Schedule(self.steps, self.materialized)
 
     def cat(self, i: int, node: Any) -> bool:
