@@ -81,7 +81,7 @@ class Plan:
 # 7: generic kernels)
 _PLAN_FORMAT = 7
 _variants: dict[Any, int] = {}  # how many builds of each shape-free form compiled new kernels
-_shapes: dict[Any, int] = {}  # how many shapes of each shape-free form were built
+_shapes: dict[Any, int] = {}  # how many shapes of each program (its ops and dtypes) were built
 
 
 def _shape_variants() -> int:
@@ -412,7 +412,7 @@ def _render(sched_steps: Sequence[Any], generic: bool = False) -> Rendered:
     step_sizes: list[tuple[int, ...]] = []
     for st in sched_steps:
         if isinstance(st, KernelStep):
-            g = symbolize(st.kernel) if generic and isinstance(st.kernel, ir.Kernel) else None
+            g = symbolize(st.kernel) if generic else None
             which, body = (0, kernel_source(g[0], "KERNEL", len(g[1]))) if g else (1, kernel_source(st.kernel, "KERNEL"))
             names = unique[which]
             step_names.append((which, names.setdefault(body, f"braze_{'gk'[which]}{len(names)}")))
@@ -686,7 +686,11 @@ def execute(nodes: "deque[Any]") -> None:
             # A program's first shape gets kernels specialised to it (a few percent
             # faster: constant trip counts); from its second on, generic ones, which
             # every later shape replays without compiling (``codegen/generic.py``).
-            generic = _shapes.get(shape_free, 0) > 0
+            # The program here is its ops and dtypes alone: attributes carry sizes too (a
+            # reshape's, an arange's), and a program of other constants is as good a
+            # reason to want kernels that compile once.
+            ops = tuple((e[0], tuple(i[4] for i in e[2])) for e in entries)
+            generic = _shapes.get(ops, 0) > 0
             COUNTERS["plan_misses"] += 1
             try:
                 plan = _build(list(nodes), form, live, (tuple(entries), live), compile_new, generic)
@@ -698,7 +702,7 @@ def execute(nodes: "deque[Any]") -> None:
                 if plan is None:
                     unfused = _NEW_SHAPES
                 else:
-                    _shapes[shape_free] = _shapes.get(shape_free, 0) + 1
+                    _shapes[ops] = _shapes.get(ops, 0) + 1
                     if plan.compiled:
                         _variants[shape_free] = _variants.get(shape_free, 0) + 1
                     _insert(entries, live, plan)

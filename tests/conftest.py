@@ -66,3 +66,22 @@ def new_processes(tmp_path: Any) -> Any:
         return [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                check=True).stdout for _ in range(2)]
     return run
+
+
+@pytest.fixture
+def plan_builds(monkeypatch: Any) -> list[bool]:
+    """Every plan the fused executor builds from now on (the plans forgotten first):
+    for each, whether building it compiled new kernels."""
+    import braze.plan as plan
+
+    plan.clear()
+    built: list[bool] = []
+    orig = plan._build
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        p = orig(*args, **kw)
+        built.append(p is not None and p.compiled)
+        return p
+
+    monkeypatch.setattr(plan, "_build", spy)
+    return built

@@ -118,7 +118,7 @@ def test_every_shape_of_a_program_computes_what_the_reference_does(prog: Program
         assert "reference executor" not in capfd.readouterr().err
 
 
-def test_a_generic_kernel_decides_its_streamed_stores_when_it_runs(monkeypatch: Any) -> None:
+def test_a_generic_kernel_decides_its_streamed_stores_when_it_runs(monkeypatch: Any, plan_builds: list[bool]) -> None:
     """Past the last-level cache a kernel streams its stores: a generic kernel has both
     bodies, so a small and a large shape share one compiled object."""
     if not fusion_enabled():
@@ -126,18 +126,34 @@ def test_a_generic_kernel_decides_its_streamed_stores_when_it_runs(monkeypatch: 
     from braze.codegen import c
     monkeypatch.setattr(c, "_LLC", 64 * 1024)  # a 64 KiB "cache": the larger shape is past it
     monkeypatch.setattr(plan, "_plan_path", lambda key: None)  # render now, with this cache size
-    plan.clear()
-    built: list[bool] = []
-    orig = plan._build
-
-    def spy(*args: Any, **kw: Any) -> Any:
-        p = orig(*args, **kw)
-        built.append(p is not None and p.compiled)
-        return p
-
-    monkeypatch.setattr(plan, "_build", spy)
     rng = np.random.default_rng(1)
     for shape in [(4, 33), (8, 40), (300, 200), (5, 6)]:
         a = rng.standard_normal(shape).astype(np.float32)
         np.testing.assert_allclose((from_numpy(a) * 3 + 1).exp().numpy(), np.exp(a * 3 + 1), rtol=1e-6)
-    assert not any(built[2:]), built
+    assert not any(plan_builds[2:]), plan_builds
+
+
+def test_a_quantized_matmul_takes_its_rows_at_run_time(plan_builds: list[bool]) -> None:
+    """Past the matrix-vector path a quantized matmul's rows (a prompt's tokens) and a
+    row gather's count are sizes: prompts of new lengths compile nothing."""
+    from braze.quant import DTYPES, GGMLType, dequantize
+    from braze.tensor import from_blocks, qembedding, qlinear
+
+    rng = np.random.default_rng(5)
+    n, k = 48, 64
+    raw = np.zeros((n, k // 32 * 20), np.uint8)
+    for r in range(n):  # Q4_1 blocks: f16 scale and min, then 16 bytes of nibbles
+        for b in range(k // 32):
+            blk = raw[r, b * 20:(b + 1) * 20]
+            blk[:2] = np.frombuffer(np.float16(0.01 + 0.001 * r).tobytes(), np.uint8)
+            blk[2:4] = np.frombuffer(np.float16(-0.05).tobytes(), np.uint8)
+            blk[4:] = rng.integers(0, 256, 16, dtype=np.uint8)
+    w = from_blocks(raw.reshape(-1), DTYPES[GGMLType.Q4_1], (n, k))
+    wf = dequantize(raw.reshape(-1), GGMLType.Q4_1, (n, k))
+    for m in (20, 33, 50, 9):
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        np.testing.assert_allclose(qlinear(from_numpy(x), w).numpy(), x @ wf.T.astype(np.float32), rtol=1e-3, atol=2e-3)
+        ids = rng.integers(0, n, m)
+        np.testing.assert_array_equal(qembedding(w, braze.tensor(ids.tolist())).numpy(), wf[ids].astype(np.float32))
+    if fusion_enabled():
+        assert len(plan_builds) == 8 and not any(plan_builds[4:]), plan_builds

@@ -638,9 +638,9 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str, sizes: int = 
     (``_streams``: two bodies, chosen by its footprint). ``stream`` forces the choice."""
     if isinstance(k, ir.QLinear):
         return (_prologue_source(k, name) if k.prologue else "") + _epilogue_source(k, name) \
-            + quant.kernel_source(k, name)
+            + quant.kernel_source(k, name, sizes)
     if isinstance(k, ir.QRows):
-        return quant.kernel_source(k, name)
+        return quant.kernel_source(k, name, sizes)
     sized = [f"    const int64_t *restrict sz = (const int64_t *)args[{len(k.args)}];",
              *(f"    const int64_t n{i} = sz[{i}]; (void)n{i};" for i in range(sizes))]
     if sizes and stream is None and _may_stream(k) and prod(k.outer) and any(isinstance(s, ir.Store) for s in k.stages):

@@ -35,6 +35,7 @@ from typing import Any
 
 from .. import ir
 from ..ir import Size
+from . import quant
 
 
 def _indices(k: ir.Kernel) -> list[ir.Affine]:
@@ -109,10 +110,19 @@ def canonical(k: ir.Kernel) -> ir.Kernel:
     return _reindexed(k, outer, inner, coeffs)
 
 
-def symbolize(k: ir.Kernel) -> tuple[ir.Kernel, tuple[int, ...]] | None:
+Generic = tuple[ir.Kernel | ir.QLinear | ir.QRows, tuple[int, ...]]
+
+
+def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
     """``k`` in canonical form with its sizes as ``ir.Size`` (and their values, in name
     order), or None for a kernel that has none to name (every extent 1) or that renders
-    its own way (chain kernels, whose tiling is specialised to the head dims)."""
+    its own way (chain kernels, whose tiling is specialised to the head dims). A
+    quantized matmul's rows (a prompt's tokens; past the matrix-vector path, whose
+    decoding kernels keep theirs) and a row gather's count are its sizes."""
+    if isinstance(k, ir.QLinear):
+        return (replace(k, m=Size(k.m, "n0")), (k.m,)) if k.m > quant.FEW and k.prologue is None else None
+    if isinstance(k, ir.QRows):
+        return (replace(k, n=Size(k.n, "n0")), (k.n,)) if k.n > 1 else None
     if any(isinstance(st, ir.Contract) for st in k.stages):
         return None
     k = canonical(k)

@@ -55,22 +55,28 @@ def supported(qtype: str) -> bool:
     return qtype in QTYPES
 
 
-def kernel_source(k: ir.QLinear | ir.QRows, name: str) -> str:
+def kernel_source(k: ir.QLinear | ir.QRows, name: str, sizes: int = 0) -> str:
     """``void name(void **args, int64_t nthreads)``: x, the weights, then the epilogue's
     arguments (or w, ids, out) from the argument list. A QLinear's epilogue is the
     function ``{name}_ep``, its prologue ``{name}_pro`` (``codegen/c.py`` renders them
-    before this); with a prologue, x is not read from argument 0."""
+    before this); with a prologue, x is not read from argument 0. A generic kernel
+    (its rows, ``n0``, given at run time: ``codegen/generic.py``) reads its sizes from
+    the argument after those."""
     if isinstance(k, ir.QRows):
         row = f"braze_rowf_{k.qtype.lower()}" if k.qtype in QUANTIZED else f"braze_row_{k.qtype.lower()}"
-        return (f"void {name}(void **args, int64_t nthreads) {{\n    (void)nthreads;\n"
+        return (f"void {name}(void **args, int64_t nthreads) {{\n    (void)nthreads;\n" + _sized(3, sizes) +
                 f"    braze_qrows({k.n}, args[1], {int(k.ids64)}, (const uint8_t *)args[0], {k.ldw}, {k.rows}, {k.k},\n"
                 f"        (float *)args[2], {row});\n}}\n")
     ws = ", ".join(f"(const uint8_t *)args[{1 + i}] + {off}" for i, off in enumerate(k.woff))
     x, pro = ("NULL", f"{name}_pro") if k.prologue else (f"(const float *)args[0] + {k.xoff}", "NULL")
-    return (f"void {name}(void **args, int64_t nthreads) {{\n"
+    return (f"void {name}(void **args, int64_t nthreads) {{\n" + _sized(1 + k.weights + len(k.args), sizes) +
             f"    const uint8_t *const w[{k.weights}] = {{{ws}}};\n"
             f"    braze_qlinear_{k.qtype.lower()}({k.m}, {k.n}, {k.k}, {x}, {k.lda}, w,"
             f" {k.weights}, {k.ldw},\n        {name}_ep, {pro}, args, nthreads);\n}}\n")
+
+
+def _sized(arg: int, sizes: int) -> str:
+    return "".join(f"    const int64_t n{i} = ((const int64_t *)args[{arg}])[{i}];\n" for i in range(sizes))
 
 
 def instantiations(kernel_sources: list[str], mode: dict[str, int] | None = None) -> str:
