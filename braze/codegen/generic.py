@@ -127,31 +127,44 @@ def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
         return None
     k = canonical(k)
     dims = list(k.outer) + list(k.inner)
-    named: dict[int, Size] = {}
-    for d in dims:
-        if d > 1 and d not in named:
-            named[d] = Size(d, f"n{len(named)}")
-    if not named:
+    # each loop's extent has a name of its own, even where two are equal: (512, 512) is
+    # then the same text as (256, 1024)
+    values = [d for d in dims if d > 1]
+    if not values:
         return None
-    sized: dict[int, int] = dict(named)
-    for i in range(len(dims)):  # products of consecutive extents: a contiguous layout's strides
-        p: int = 1
-        for d in dims[i:]:
-            if d > 1:
-                p = p * named[d]
-                sized.setdefault(int(p), p)
+    named = iter(range(1 << 30))
+    names: list[int] = [Size(d, f"n{next(named)}") if d > 1 else d for d in dims]
+    by_value: dict[int, int] = {}  # what a coefficient of no structural meaning is spelled as
+    for n in names:
+        by_value.setdefault(int(n), n)
 
-    for a in _indices(k):  # what is left: strides of views (a slice's rows) and offsets
-        for v in (*a.coeffs, a.offset):
-            if v > 1 and v not in sized:
-                named[v] = Size(v, f"n{len(named)}")
-                sized[v] = named[v]
+    def suffix(i: int) -> list[int]:
+        """Products of the extents after loop i: the strides a contiguous layout gives it."""
+        out, p = [], 1
+        for n in names[i + 1:]:
+            p = p * n
+            out.append(p)
+        return out
+
+    extra: list[int] = []
+
+    def spelled(v: int, i: int | None) -> int:
+        if type(v) is not int or v <= 1:
+            return v
+        if i is not None:
+            hit = next((p for p in suffix(i) if p == v), None)
+            if hit is not None:
+                return hit
+        if v not in by_value:  # a stride or offset made of no extent: a size of its own (a slice's)
+            by_value[v] = Size(v, f"n{next(named)}")
+            extra.append(v)
+        return by_value[v]
 
     def size(v: Any) -> Any:
-        return sized.get(v, v) if type(v) is int and v > 1 else v
+        return spelled(v, None)
 
     def affine(a: ir.Affine) -> ir.Affine:
-        return ir.Affine(size(a.offset), tuple(size(c) for c in a.coeffs))
+        return ir.Affine(size(a.offset), tuple(spelled(c, i) for i, c in enumerate(a.coeffs)))
 
     def expr(e: ir.Expr) -> ir.Expr:
         if isinstance(e, ir.Load):
@@ -169,5 +182,5 @@ def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
             stages.append(replace(st, index=affine(st.index), expr=ir.mapped(st.expr, expr)))
         else:
             return None
-    out = ir.Kernel(tuple(named.get(d, d) for d in k.outer), tuple(named.get(d, d) for d in k.inner), stages, k.args)
-    return out, tuple(int(v) for v in named.values())
+    out = ir.Kernel(tuple(names[:len(k.outer)]), tuple(names[len(k.outer):]), stages, k.args)
+    return out, tuple(values + extra)
