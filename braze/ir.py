@@ -82,9 +82,16 @@ class Size(int):
     def __rmul__(self, other: Any) -> Any:
         return self if other == 1 and not isinstance(other, Size) else self._with(other, int(other) * int(self), "*", True)
 
+    def __neg__(self) -> "Size":
+        return Size(-int(self), f"(-{self.expr})")
+
     def __floordiv__(self, other: Any) -> Any:  # C's / and % agree with Python's on non-negative values
         if isinstance(other, int) and int(self) >= 0 and int(other) > 0:
             return self._with(other, int(self) // int(other), "/")
+        if isinstance(other, int) and not isinstance(other, Size) and other > 0 and self.expr.startswith("(-"):
+            # -(-x // b), the ceiling of x / b: C's / truncates, so spelled -((x + b - 1) / b)
+            x = self.expr[2:-1]
+            return Size(int(self) // other, f"(-(({x} + {other - 1}) / {other}))")
         return int(self) // other
 
     def __mod__(self, other: Any) -> Any:

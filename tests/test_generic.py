@@ -24,7 +24,9 @@ def test_a_size_is_spelled_by_name_and_computes_by_value() -> None:
     assert f"{a * 1}" == "n0" and f"{1 * a}" == "n0" and f"{a + 0}" == "n0"
     assert f"{b // 16}" == "(n1 / 16)" and b // 16 == 16 and f"{a % 5}" == "(n0 % 5)" and a % 5 == 4
     assert f"{3 - a}" == "(3 - n0)" and 3 - a == -61
-    assert f"{-a}" == "-64"  # what is not spelled stays a literal of the value: other text, never a wrong one
+    assert f"{-a}" == "(-n0)" and f"{-(-Size(33, 'n2') // 16)}" == "(-(-((n2 + 15) / 16)))" \
+        and -(-Size(33, "n2") // 16) == 3  # a ceiling, spelled for C's truncating division
+    assert f"{abs(a)}" == "64"  # what is not spelled stays a literal of the value: other text, never a wrong one
     assert hash(a) == hash(64) and a == 64 and max(b, 1) is b
 
 

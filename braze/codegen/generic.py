@@ -41,7 +41,7 @@ from . import quant
 def _indices(k: ir.Kernel) -> list[ir.Affine]:
     out = []
     for st in k.stages:
-        if isinstance(st, (ir.Store, ir.StoreRow)):
+        if isinstance(st, (ir.Store, ir.StoreRow, ir.Contract)):
             out.append(st.index)
         for e in ir.stage_exprs(st):
             out += [n.index for n in ir.walk(e) if isinstance(n, ir.Load)]
@@ -115,17 +115,21 @@ Generic = tuple[ir.Kernel | ir.QLinear | ir.QRows, tuple[int, ...]]
 
 def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
     """``k`` in canonical form with its sizes as ``ir.Size`` (and their values, in name
-    order), or None for a kernel that has none to name (every extent 1) or that renders
-    its own way (chain kernels, whose tiling is specialised to the head dims). A
-    quantized matmul's rows (a prompt's tokens; past the matrix-vector path, whose
+    order), or None for a kernel that has none to name (every extent 1). A chain
+    kernel (attention) keeps its loops and its head dims, which size its tiles; its rows
+    and keys are sizes. A quantized matmul's rows (a prompt's tokens; past the matrix-vector path, whose
     decoding kernels keep theirs) and a row gather's count are its sizes."""
     if isinstance(k, ir.QLinear):
         return (replace(k, m=Size(k.m, "n0")), (k.m,)) if k.m > quant.FEW and k.prologue is None else None
-    if isinstance(k, ir.QRows):
-        return (replace(k, n=Size(k.n, "n0")), (k.n,)) if k.n > 1 else None
-    if any(isinstance(st, ir.Contract) for st in k.stages):
-        return None
-    k = canonical(k)
+    if isinstance(k, ir.QRows):  # its count of ids, and of the table's rows (an intermediate's: a prompt's)
+        ids = iter(range(2))
+        n = Size(k.n, f"n{next(ids)}") if k.n > 1 else k.n
+        rows = Size(k.rows, f"n{next(ids)}") if k.rows > 1 else k.rows
+        given = tuple(int(v) for v in (n, rows) if isinstance(v, Size))
+        return (replace(k, n=n, rows=rows), given) if given else None
+    chain = any(isinstance(st, ir.Contract) for st in k.stages)
+    if not chain:  # a chain's loops are its renderer's (rows, keys): left as they are
+        k = canonical(k)
     dims = list(k.outer) + list(k.inner)
     # each loop's extent has a name of its own, even where two are equal: (512, 512) is
     # then the same text as (256, 1024)
@@ -134,52 +138,59 @@ def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
         return None
     named = iter(range(1 << 30))
     names: list[int] = [Size(d, f"n{next(named)}") if d > 1 else d for d in dims]
-    by_value: dict[int, int] = {}  # what a coefficient of no structural meaning is spelled as
-    for n in names:
-        by_value.setdefault(int(n), n)
+    extras: dict[Any, int] = {}  # each stride or offset made of no extents, by where it is
 
-    def suffix(i: int) -> list[int]:
-        """Products of the extents after loop i: the strides a contiguous layout gives it."""
-        out, p = [], 1
+    def after(i: int) -> int:
+        """The product of the extents after loop i: the stride a contiguous layout gives it."""
+        p = 1
         for n in names[i + 1:]:
             p = p * n
-            out.append(p)
-        return out
+        return p
 
     extra: list[int] = []
 
-    def spelled(v: int, i: int | None) -> int:
+    def spelled(v: int, where: Any, loop: int | None = None) -> int:
+        """``v`` as the product of the extents after ``loop`` where it is that, else as a
+        size of its own, one per place (``where``): never by a coincidence of values
+        (a head dim equal to a prompt's length), which would make another shape's text
+        differ."""
         if type(v) is not int or v <= 1:
             return v
-        if i is not None:
-            hit = next((p for p in suffix(i) if p == v), None)
-            if hit is not None:
-                return hit
-        if v not in by_value:  # a stride or offset made of no extent: a size of its own (a slice's)
-            by_value[v] = Size(v, f"n{next(named)}")
+        if loop is not None and v == after(loop):
+            return after(loop)
+        if where not in extras:
+            extras[where] = Size(v, f"n{next(named)}")
             extra.append(v)
-        return by_value[v]
+        return extras[where]
 
-    def size(v: Any) -> Any:
-        return spelled(v, None)
+    def affine(a: ir.Affine, arg: int) -> ir.Affine:
+        return ir.Affine(spelled(a.offset, (arg, a, -1)),
+                         tuple(spelled(c, (arg, a, i), i) for i, c in enumerate(a.coeffs)))
 
-    def affine(a: ir.Affine) -> ir.Affine:
-        return ir.Affine(size(a.offset), tuple(spelled(c, i) for i, c in enumerate(a.coeffs)))
+    def load(e: ir.Load) -> ir.Load:
+        return replace(e, index=affine(e.index, e.arg))
 
     def expr(e: ir.Expr) -> ir.Expr:
         if isinstance(e, ir.Load):
-            return replace(e, index=affine(e.index))
-        if isinstance(e, ir.Const):  # a mean's count
-            return replace(e, value=size(e.value))
+            return load(e)
+        if isinstance(e, ir.Const):  # a mean's count: the product of the inner extents
+            return replace(e, value=spelled(e.value, ("const", e), len(k.outer) - 1))
+        if isinstance(e, ir.Dot):  # its length (the head dim) stays: the tiles are sized by it
+            return replace(e, a=load(e.a), b=load(e.b))
         return e
+
+    def mapped(e: ir.Expr | None) -> Any:
+        return None if e is None else ir.mapped(e, expr)
 
     stages: list[ir.Stage] = []
     for st in k.stages:
         if isinstance(st, ir.Reduce):
-            stages.append(replace(st, expr=ir.mapped(st.expr, expr),
-                                  repair=None if st.repair is None else ir.mapped(st.repair, expr)))
+            stages.append(replace(st, expr=mapped(st.expr), repair=mapped(st.repair)))
         elif isinstance(st, (ir.Store, ir.StoreRow)):
-            stages.append(replace(st, index=affine(st.index), expr=ir.mapped(st.expr, expr)))
+            stages.append(replace(st, index=affine(st.index, st.arg), expr=mapped(st.expr)))
+        elif isinstance(st, ir.Contract):  # its size (the value rows' width) stays, as the Dot's length
+            stages.append(replace(st, index=affine(st.index, st.arg), weight=mapped(st.weight), v=load(st.v),
+                                  post=mapped(st.post), repair=mapped(st.repair)))
         else:
             return None
     out = ir.Kernel(tuple(names[:len(k.outer)]), tuple(names[len(k.outer):]), stages, k.args)
