@@ -64,7 +64,8 @@ def gelu_shapes(threads: list[int], reps: int) -> list[dict[str, Any]]:
         t = time.perf_counter()
         y = gelu_custom(braze, x).numpy()
         first = time.perf_counter() - t
-        row: dict[str, Any] = {"shape": list(shape), "first_ms": first * 1e3, "compiled": _count("kernels_compiled") - before}
+        row: dict[str, Any] = {"shape": list(shape), "first_ms": first * 1e3,
+                               "compiled": _count("kernels_compiled") - before}
         for nt in threads:
             braze.set_num_threads(nt)
             c_gelu(a.ctypes.data, out.ctypes.data, a.size, nt)

@@ -65,10 +65,14 @@ class Size(int):
         return Size(value, f"({a} {sym} {b})")
 
     def __add__(self, other: Any) -> Any:
-        return self if other == 0 and not isinstance(other, Size) else self._with(other, int(self) + int(other), "+")
+        if other == 0 and not isinstance(other, Size):
+            return self
+        return self._with(other, int(self) + int(other), "+")
 
     def __radd__(self, other: Any) -> Any:
-        return self if other == 0 and not isinstance(other, Size) else self._with(other, int(other) + int(self), "+", True)
+        if other == 0 and not isinstance(other, Size):
+            return self
+        return self._with(other, int(other) + int(self), "+", True)
 
     def __sub__(self, other: Any) -> Any:
         return self._with(other, int(self) - int(other), "-")
@@ -77,10 +81,14 @@ class Size(int):
         return self._with(other, int(other) - int(self), "-", True)
 
     def __mul__(self, other: Any) -> Any:
-        return self if other == 1 and not isinstance(other, Size) else self._with(other, int(self) * int(other), "*")
+        if other == 1 and not isinstance(other, Size):
+            return self
+        return self._with(other, int(self) * int(other), "*")
 
     def __rmul__(self, other: Any) -> Any:
-        return self if other == 1 and not isinstance(other, Size) else self._with(other, int(other) * int(self), "*", True)
+        if other == 1 and not isinstance(other, Size):
+            return self
+        return self._with(other, int(other) * int(self), "*", True)
 
     def __neg__(self) -> "Size":
         return Size(-int(self), f"(-{self.expr})")

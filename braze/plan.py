@@ -413,7 +413,10 @@ def _render(sched_steps: Sequence[Any], generic: bool = False) -> Rendered:
     for st in sched_steps:
         if isinstance(st, KernelStep):
             g = symbolize(st.kernel) if generic else None
-            which, body = (0, kernel_source(g[0], "KERNEL", len(g[1]))) if g else (1, kernel_source(st.kernel, "KERNEL"))
+            if g:
+                which, body = 0, kernel_source(g[0], "KERNEL", len(g[1]))
+            else:
+                which, body = 1, kernel_source(st.kernel, "KERNEL")
             names = unique[which]
             step_names.append((which, names.setdefault(body, f"braze_{'gk'[which]}{len(names)}")))
             step_sizes.append(g[1] if g else ())

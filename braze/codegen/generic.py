@@ -115,10 +115,10 @@ Generic = tuple[ir.Kernel | ir.QLinear | ir.QRows, tuple[int, ...]]
 
 def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
     """``k`` in canonical form with its sizes as ``ir.Size`` (and their values, in name
-    order), or None for a kernel that has none to name (every extent 1). A chain
-    kernel (attention) keeps its loops and its head dims, which size its tiles; its rows
-    and keys are sizes. A quantized matmul's rows (a prompt's tokens; past the matrix-vector path, whose
-    decoding kernels keep theirs) and a row gather's count are its sizes."""
+    order), or None for a kernel that has none to name (every extent 1). A chain kernel
+    (attention) keeps its loops and its head dims, which size its tiles; its rows and
+    keys are sizes. A quantized matmul's rows (a prompt's tokens, past the matrix-vector
+    path, whose decoding kernels keep theirs) and a row gather's counts are its sizes."""
     if isinstance(k, ir.QLinear):
         return (replace(k, m=Size(k.m, "n0")), (k.m,)) if k.m > quant.FEW and k.prologue is None else None
     if isinstance(k, ir.QRows):  # its count of ids, and of the table's rows (an intermediate's: a prompt's)
