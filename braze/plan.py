@@ -39,7 +39,6 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from . import ir
 from .codegen.generic import symbolize
 from .codegen.c import kernel_source, llc_bytes, module_source
 from .errors import CompileError
@@ -644,8 +643,8 @@ def _finish_before(nodes: Sequence[Any], failed: int) -> None:
             reference.run_node(node)
 
 
-_NEW_SHAPES = ("the same program keeps arriving with new shapes whose kernels are specialised to them "
-               "(decoding with a growing KV cache does this; generic kernels would not)")
+_NEW_SHAPES = ("the same program keeps arriving with new shapes whose kernels must be compiled for each "
+               "(a concatenation's split points are literals of its kernel: a KV cache grown by cat does this)")
 
 
 def _refusal(entries: Sequence[tuple[Any, ...]]) -> tuple[str, Any]:
