@@ -644,7 +644,7 @@ def _finish_before(nodes: Sequence[Any], failed: int) -> None:
 
 
 _NEW_SHAPES = ("the same program keeps arriving with new shapes whose kernels must be compiled for each "
-               "(a concatenation's split points are literals of its kernel: a KV cache grown by cat does this)")
+               "(BRAZE_SHAPE_VARIANTS bounds how many)")
 
 
 def _refusal(entries: Sequence[tuple[Any, ...]]) -> tuple[str, Any]:

@@ -154,7 +154,7 @@ def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
         size of its own, one per place (``where``): never by a coincidence of values
         (a head dim equal to a prompt's length), which would make another shape's text
         differ."""
-        if type(v) is not int or v <= 1:
+        if type(v) is not int or v in (0, 1):  # a unit stride, no offset: structure, not size
             return v
         if loop is not None and v == after(loop):
             return after(loop)
@@ -167,8 +167,10 @@ def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
         return ir.Affine(spelled(a.offset, (arg, a, -1)),
                          tuple(spelled(c, (arg, a, i), i) for i, c in enumerate(a.coeffs)))
 
-    def load(e: ir.Load) -> ir.Load:
-        return replace(e, index=affine(e.index, e.arg))
+    def load(e: ir.Load) -> ir.Load:  # a cat's or pad's range too: where its input lies
+        when = tuple((c, spelled(lo, (e.arg, e.index, c, "lo")), spelled(hi, (e.arg, e.index, c, "hi")))
+                     for c, lo, hi in e.when)
+        return replace(e, index=affine(e.index, e.arg), when=when)
 
     def expr(e: ir.Expr) -> ir.Expr:
         if isinstance(e, ir.Load):
