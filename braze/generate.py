@@ -114,11 +114,7 @@ class DecodeStep:
         self.ids[0, 0] = token
         cap = self.capture
         if cap is not None and cap.ready and fusion_enabled():  # BRAZE_FUSION=0 means no compiled code
-            if stream_of(CPU).nodes:  # recorded work not run yet (a prefill nobody read) runs first
-                stream_of(CPU).flush()
-            vocab = self.model.config.vocab_size
-            if not 0 <= token < vocab:  # the replay reads the embedding row unchecked
-                raise IndexOutOfRange("embedding", token, vocab, 0)
+            _before_replay(self.model, [token])
             pos = self.caches[0].length
             if pos >= self.caches[0].max_len:  # the replay writes the cache unchecked
                 raise ShapeMismatch("KVCache.append", [(1,)], f"context full: {pos} + 1 > {self.caches[0].max_len} positions")
@@ -129,6 +125,18 @@ class DecodeStep:
         if cap is not None and not cap.reason:
             return cap.observe(self.caches[0].length, lambda: self.model(self.ids_t, self.caches)[0, -1])
         return self.model(self.ids_t, self.caches)[0, -1].numpy()
+
+
+def _before_replay(model: Any, tokens: Sequence[int]) -> None:
+    """What a captured step needs before it runs (or is watched): its token ids in the
+    vocabulary (a replay reads embedding rows unchecked), and the recorded work not run
+    yet (the caches' zeros, a prefill nobody read) run first, outside the step."""
+    vocab = model.config.vocab_size
+    bad = next((t for t in tokens if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise IndexOutOfRange("embedding", bad, vocab, 0)
+    if stream_of(CPU).nodes:
+        stream_of(CPU).flush()
 
 
 PREFILL_BUCKETS = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)  # prompt lengths a prefill is padded to
@@ -188,16 +196,11 @@ class PrefillStep:
             ids, at = np.zeros((1, b), np.int64), np.zeros(1, np.int64)
             k = self.buckets[b] = _Bucket(ids, from_numpy(ids), at, from_numpy(at),
                                           StepCapture(static=True) if self.capture else None)
-        vocab = self.model.config.vocab_size
-        bad = next((t for t in prompt_ids if not 0 <= t < vocab), None)
-        if bad is not None:  # a replay reads embedding rows unchecked
-            raise IndexOutOfRange("embedding", bad, vocab, 0)
+        _before_replay(self.model, prompt_ids)
         k.ids[0, :n] = prompt_ids
         k.ids[0, n:] = 0
         k.at[0] = n - 1
         cap = k.capture
-        if stream_of(CPU).nodes:  # recorded work (the caches' zeros) runs first, outside the step
-            stream_of(CPU).flush()
         if cap is not None and cap.ready:
             logits = cap.replay(0)
         elif cap is not None and not cap.reason:

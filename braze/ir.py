@@ -37,14 +37,17 @@ class Size(int):
     """A size that a generic kernel reads when it runs (``codegen/generic.py``): an int,
     the value at the shape being rendered, on which every decision of the renderer is
     taken, that is spelled as a C expression (``n0``, ``(n0 * n1)``). Sums, differences,
-    products, and quotients and remainders of non-negative values stay Sizes; anything
-    else the renderer derives from one is a plain int, rendered as a literal."""
+    products, negations, quotients and remainders of non-negative values, and ceilings
+    (``-(-x // b)``) stay Sizes; anything else the renderer derives from one is a plain
+    int, rendered as a literal."""
 
     expr: str
+    negated: "Size | None"  # what this is the negation of (a ceiling's -(-x // b) is spelled for C)
 
     def __new__(cls, value: int, expr: str) -> "Size":
         self = super().__new__(cls, value)
         self.expr = expr
+        self.negated = None
         return self
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -91,14 +94,16 @@ class Size(int):
         return self._with(other, int(other) * int(self), "*", True)
 
     def __neg__(self) -> "Size":
-        return Size(-int(self), f"(-{self.expr})")
+        out = Size(-int(self), f"(-{self.expr})")
+        out.negated = self
+        return out
 
     def __floordiv__(self, other: Any) -> Any:  # C's / and % agree with Python's on non-negative values
         if isinstance(other, int) and int(self) >= 0 and int(other) > 0:
             return self._with(other, int(self) // int(other), "/")
-        if isinstance(other, int) and not isinstance(other, Size) and other > 0 and self.expr.startswith("(-"):
-            # -(-x // b), the ceiling of x / b: C's / truncates, so spelled -((x + b - 1) / b)
-            x = self.expr[2:-1]
+        x = self.negated
+        if x is not None and isinstance(other, int) and not isinstance(other, Size) and other > 0 and int(x) >= 0:
+            # -x // b, a ceiling's inner half (-(-x // b)): C's / truncates, so spelled -((x + b - 1) / b)
             return Size(int(self) // other, f"(-(({x} + {other - 1}) / {other}))")
         return int(self) // other
 

@@ -26,6 +26,8 @@ def test_a_size_is_spelled_by_name_and_computes_by_value() -> None:
     assert f"{3 - a}" == "(3 - n0)" and 3 - a == -61
     assert f"{-a}" == "(-n0)" and f"{-(-Size(33, 'n2') // 16)}" == "(-(-((n2 + 15) / 16)))" \
         and -(-Size(33, "n2") // 16) == 3  # a ceiling, spelled for C's truncating division
+    y = -1 - Size(2, "n0")  # not a negation: its floor is not spelled as a ceiling's
+    assert type(y // 4) is int and y // 4 == -1
     assert f"{abs(a)}" == "64"  # what is not spelled stays a literal of the value: other text, never a wrong one
     assert hash(a) == hash(64) and a == 64 and max(b, 1) is b
 

@@ -641,16 +641,14 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str, sizes: int = 
             + quant.kernel_source(k, name, sizes)
     if isinstance(k, ir.QRows):
         return quant.kernel_source(k, name, sizes)
-    sized = [f"    const int64_t *restrict sz = (const int64_t *)args[{len(k.args)}];",
-             *(f"    const int64_t n{i} = sz[{i}]; (void)n{i};" for i in range(sizes))]
+    sized = quant.bind_sizes(len(k.args), sizes)
     if sizes and stream is None and _may_stream(k) and prod(k.outer) and any(isinstance(s, ir.Store) for s in k.stages):
         bodies = [kernel_source(k, f"{name}_{w}", sizes, w == "s").replace("void ", "static void ", 1) for w in "sp"]
         return "\n".join(bodies + [f"void {name}(void **args, int64_t nthreads) {{", *sized,
                                     f"    if ({_footprint(k)} >= {llc_bytes()}) {name}_s(args, nthreads);",
                                     f"    else {name}_p(args, nthreads);", "}"])
     lines = [f"void {name}(void **args, int64_t nthreads) {{", *_pointers(k.args)]
-    if sizes:
-        lines += sized
+    lines += sized
     rows = prod(k.outer)
     row_len = prod(k.inner)
     if rows == 0:  # no row to compute (and a size-0 dim must not reach a % 0)

@@ -14,18 +14,19 @@ compile cache is keyed by the text). Whatever the renderer derives from a size b
 other arithmetic stays a literal, so a shape on which it differs renders other text
 and compiles anew: a missed reuse, never a wrong kernel.
 
-Sizes are named by value: two extents of one value share a name, and a stride that
-happens to equal an extent takes its name; strides and offsets that are not made of
-extents (a slice's) are named too. Both only make the text of another shape
-differ (another compile), because each shape's text is rendered from its own values.
+Each loop's extent has a name of its own; a stride that is the product of the extents
+after its loop is spelled as that product; any other stride, offset or range (a
+slice's, a transposed view's, a cat's split) is a size of its own, one per place,
+never matched to another by value: a coincidence of values at one shape (a head dim
+equal to a prompt's length) would make that shape's text differ from its neighbours'.
 
 Before naming, the loop nest is put in a canonical form, so that shapes of one program
 render alike whatever their rank and whichever split of rows the scheduler chose for
 their size: extents of 1 are dropped, neighbouring loops that every index walks as one
 (a contiguous run, or a broadcast over both) are merged, and an element-wise kernel is
 split as rows times its last loop. A GELU over (64, 256), (256, 1024) and (32, 512,
-2048) is then one kernel of (rows, columns); the largest also streams its stores past
-the cache, which is other text: two compiles for every shape of it.
+2048) is then one kernel of (rows, columns). Whether its stores stream past the cache
+is decided when it runs (``codegen/c.py``: two bodies, chosen by the footprint).
 """
 
 from __future__ import annotations
@@ -122,10 +123,9 @@ def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
     if isinstance(k, ir.QLinear):
         return (replace(k, m=Size(k.m, "n0")), (k.m,)) if k.m > quant.FEW and k.prologue is None else None
     if isinstance(k, ir.QRows):  # its count of ids, and of the table's rows (an intermediate's: a prompt's)
-        ids = iter(range(2))
-        n = Size(k.n, f"n{next(ids)}") if k.n > 1 else k.n
-        rows = Size(k.rows, f"n{next(ids)}") if k.rows > 1 else k.rows
-        given = tuple(int(v) for v in (n, rows) if isinstance(v, Size))
+        given = tuple(v for v in (k.n, k.rows) if v > 1)
+        n, rows = (Size(v, f"n{sum(u > 1 for u in (k.n, k.rows)[:i])}") if v > 1 else v
+                   for i, v in enumerate((k.n, k.rows)))
         return (replace(k, n=n, rows=rows), given) if given else None
     chain = any(isinstance(st, ir.Contract) for st in k.stages)
     if not chain:  # a chain's loops are its renderer's (rows, keys): left as they are

@@ -64,19 +64,26 @@ def kernel_source(k: ir.QLinear | ir.QRows, name: str, sizes: int = 0) -> str:
     the argument after those."""
     if isinstance(k, ir.QRows):
         row = f"braze_rowf_{k.qtype.lower()}" if k.qtype in QUANTIZED else f"braze_row_{k.qtype.lower()}"
-        return (f"void {name}(void **args, int64_t nthreads) {{\n    (void)nthreads;\n" + _sized(3, sizes) +
+        sized = "".join(line + "\n" for line in bind_sizes(3, sizes))
+        return (f"void {name}(void **args, int64_t nthreads) {{\n    (void)nthreads;\n" + sized +
                 f"    braze_qrows({k.n}, args[1], {int(k.ids64)}, (const uint8_t *)args[0], {k.ldw}, {k.rows}, {k.k},\n"
                 f"        (float *)args[2], {row});\n}}\n")
     ws = ", ".join(f"(const uint8_t *)args[{1 + i}] + {off}" for i, off in enumerate(k.woff))
     x, pro = ("NULL", f"{name}_pro") if k.prologue else (f"(const float *)args[0] + {k.xoff}", "NULL")
-    return (f"void {name}(void **args, int64_t nthreads) {{\n" + _sized(1 + k.weights + len(k.args), sizes) +
+    sized = "".join(line + "\n" for line in bind_sizes(1 + k.weights + len(k.args), sizes))
+    return (f"void {name}(void **args, int64_t nthreads) {{\n" + sized +
             f"    const uint8_t *const w[{k.weights}] = {{{ws}}};\n"
             f"    braze_qlinear_{k.qtype.lower()}({k.m}, {k.n}, {k.k}, {x}, {k.lda}, w,"
             f" {k.weights}, {k.ldw},\n        {name}_ep, {pro}, args, nthreads);\n}}\n")
 
 
-def _sized(arg: int, sizes: int) -> str:
-    return "".join(f"    const int64_t n{i} = ((const int64_t *)args[{arg}])[{i}];\n" for i in range(sizes))
+def bind_sizes(arg: int, sizes: int) -> list[str]:
+    """A generic kernel's first lines (``codegen/generic.py``): its ``sizes`` named sizes
+    ``n0`` ... from the int64 array at ``args[arg]``, after its buffers."""
+    if not sizes:
+        return []
+    return [f"    const int64_t *restrict sz = (const int64_t *)args[{arg}];",
+            *(f"    const int64_t n{i} = sz[{i}]; (void)n{i};" for i in range(sizes))]
 
 
 def instantiations(kernel_sources: list[str], mode: dict[str, int] | None = None) -> str:
