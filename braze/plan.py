@@ -9,9 +9,10 @@ one entry further into some stream braze has planned, and the node where a flush
 stream ended holds its plans keyed by which results Python can still reach. So at a
 flush the plan is one dictionary look-up away, whatever the stream's length; a stream
 whose cursor fell off the trie is a new program, which is scheduled, compiled and
-inserted (``plan_misses``; a hit is ``plan_hits``). After ``BRAZE_PLAN_CAP`` stored
-plans (default 512) a stream that never repeats runs on the reference executor instead
-of growing the cache, and braze says so once.
+inserted (``plan_misses``; a hit is ``plan_hits``). After ``BRAZE_PLAN_CAP`` programs
+(default 512; a program is its ops and dtypes, so its new shapes, which replay generic
+kernels, do not count) a new one runs on the reference executor instead of growing the
+cache, and braze says so once.
 
 Liveness: a result is *live* if something besides the stream refers to its storage
 (a Tensor the user holds). Only live results and results read outside their kernel
@@ -133,7 +134,6 @@ class FormCopy:
 
 
 _root = TrieNode()  # replaced by ``clear``; a Form started on an older root walks anew
-_count = 0  # plans stored in the trie (what BRAZE_PLAN_CAP bounds)
 
 
 class Form:
@@ -327,7 +327,6 @@ class Form:
 
 
 def _insert(entries: Sequence[tuple[Any, ...]], live: frozenset[int], plan: Plan) -> None:
-    global _count
     node = _root
     for entry in entries:
         child = node.children.get(entry)
@@ -336,8 +335,6 @@ def _insert(entries: Sequence[tuple[Any, ...]], live: frozenset[int], plan: Plan
         node = child
     if node.plans is None:
         node.plans = {}
-    if live not in node.plans:
-        _count += 1
     node.plans[live] = plan
 
 
@@ -647,20 +644,22 @@ _NEW_SHAPES = ("the same program keeps arriving with new shapes whose kernels mu
                "(BRAZE_SHAPE_VARIANTS bounds how many)")
 
 
-def _refusal(entries: Sequence[tuple[Any, ...]]) -> tuple[str, Any]:
+def _refusal(entries: Sequence[tuple[Any, ...]]) -> tuple[str, Any, Any]:
     """Why a stream with no stored plan should run on the reference executor rather than
     be planned, or "" to plan it, or ``_NEW_SHAPES`` to plan it only if that compiles
-    nothing new; and the program's shape-free form."""
+    nothing new; and the program's shape-free form and its ops (see ``execute``)."""
     # The program without its shapes: ops, attributes, which storage each input is and
     # its dtype (the same program in another dtype is another program, not a new shape).
     shape_free = tuple((e[0], e[1], tuple((i[0], i[4]) for i in e[2])) for e in entries)
+    ops = tuple((e[0], tuple(i[4] for i in e[2])) for e in entries)
     try:
         compiled = _variants.get(shape_free, 0)
     except TypeError:
-        return "an op attribute is not hashable (such a stream cannot be stored)", None
-    if _count >= _cap():
-        return f"{_count} different streams seen without repeats (BRAZE_PLAN_CAP)", shape_free
-    return (_NEW_SHAPES if compiled >= _shape_variants() else ""), shape_free
+        return "an op attribute is not hashable (such a stream cannot be stored)", None, ops
+    # The cap counts programs, not their shapes: shapes replay generic kernels.
+    if ops not in _shapes and len(_shapes) >= _cap():
+        return f"{len(_shapes)} different programs seen (BRAZE_PLAN_CAP)", shape_free, ops
+    return (_NEW_SHAPES if compiled >= _shape_variants() else ""), shape_free, ops
 
 
 def execute(nodes: "deque[Any]") -> None:
@@ -682,7 +681,7 @@ def execute(nodes: "deque[Any]") -> None:
         reference.run(nodes)
         return
     if plan is None:
-        unfused, shape_free = _refusal(entries)
+        unfused, shape_free, ops = _refusal(entries)
         if unfused in ("", _NEW_SHAPES):
             compile_new, unfused = not unfused, ""
             # A program's first shape gets kernels specialised to it (a few percent
@@ -691,7 +690,6 @@ def execute(nodes: "deque[Any]") -> None:
             # The program here is its ops and dtypes alone: attributes carry sizes too (a
             # reshape's, an arange's), and a program of other constants is as good a
             # reason to want kernels that compile once.
-            ops = tuple((e[0], tuple(i[4] for i in e[2])) for e in entries)
             generic = _shapes.get(ops, 0) > 0
             COUNTERS["plan_misses"] += 1
             try:
@@ -734,9 +732,8 @@ def execute(nodes: "deque[Any]") -> None:
 
 def clear() -> None:
     """Forget every stored plan (tests)."""
-    global _root, _count
+    global _root
     _root = TrieNode()
-    _count = 0
     _variants.clear()
     _shapes.clear()
 
