@@ -42,8 +42,11 @@ from .runtime.memory import memory_limit, set_memory_limit
 from .runtime.threads import get_num_threads, set_num_threads
 from .stats import reset_stats, stats
 from .stream import synchronize
-from .tensor import *  # noqa: F401,F403
-from .tensor import Tensor, ValuesIndices, prod_ as prod
+from .tensor import Tensor, ValuesIndices
+from .creation import *  # noqa: F401,F403
+from .functions import *  # noqa: F401,F403
+from .functions import prod_ as prod
+from . import indexing as _indexing  # noqa: F401,E402  (attaches x[...] and x[...] = v)
 
 __version__ = "0.1.0"
 

@@ -25,7 +25,7 @@ from .capture import StepCapture
 from .device import CPU
 from .errors import IndexOutOfRange, ShapeMismatch
 from .stream import fusion_enabled, stream_of
-from .tensor import from_numpy, tensor
+from .creation import from_numpy, tensor
 from .tokenizer import Tokenizer
 
 

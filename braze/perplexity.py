@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ShapeMismatch
-from .tensor import tensor
+from .creation import tensor
 from .tokenizer import Tokenizer
 
 DEFAULT_CTX = 256

@@ -9,7 +9,11 @@ record nothing at all: they return a new Layout over the same Storage.
 Follow one tensor: ``a + b`` -> ``_binary`` broadcasts both operands with stride-0
 views (``layout.py``) -> ``_record`` runs the op's shape and dtype rules
 (``ops/registry.py``) and appends a node to ``stream.py`` -> a sync point such as
-``numpy()`` flushes the stream to the executor (``runtime/reference.py`` today).
+``numpy()`` flushes the stream to the executor (``plan.py``, or ``runtime/reference.py``).
+
+This file holds the class and the recording core; the API around it lives beside it:
+``creation.py`` (tensors from data, filled, ranges), ``functions.py`` (every op as a
+function, and the methods that are those functions) and ``indexing.py`` (``x[...]``).
 """
 
 from __future__ import annotations
@@ -48,50 +52,6 @@ Scalar = int | float | bool
 _int: TypeAlias = int
 _float: TypeAlias = float
 _bool: TypeAlias = bool
-
-if TYPE_CHECKING:  # the generated function forms, for type checkers
-    def neg(input: Tensor) -> Tensor: ...
-    def abs(input: Tensor) -> Tensor: ...
-    def exp(input: Tensor) -> Tensor: ...
-    def log(input: Tensor) -> Tensor: ...
-    def sqrt(input: Tensor) -> Tensor: ...
-    def rsqrt(input: Tensor) -> Tensor: ...
-    def reciprocal(input: Tensor) -> Tensor: ...
-    def sin(input: Tensor) -> Tensor: ...
-    def cos(input: Tensor) -> Tensor: ...
-    def tanh(input: Tensor) -> Tensor: ...
-    def sigmoid(input: Tensor) -> Tensor: ...
-    def erf(input: Tensor) -> Tensor: ...
-    def relu(input: Tensor) -> Tensor: ...
-    def silu(input: Tensor) -> Tensor: ...
-    def floor(input: Tensor) -> Tensor: ...
-    def ceil(input: Tensor) -> Tensor: ...
-    def round(input: Tensor) -> Tensor: ...
-    def sign(input: Tensor) -> Tensor: ...
-    def logical_not(input: Tensor) -> Tensor: ...
-    def isnan(input: Tensor) -> Tensor: ...
-    def isinf(input: Tensor) -> Tensor: ...
-    def isfinite(input: Tensor) -> Tensor: ...
-    def add(input: Any, other: Any) -> Tensor: ...
-    def sub(input: Any, other: Any) -> Tensor: ...
-    def subtract(input: Any, other: Any) -> Tensor: ...
-    def mul(input: Any, other: Any) -> Tensor: ...
-    def multiply(input: Any, other: Any) -> Tensor: ...
-    def div(input: Any, other: Any) -> Tensor: ...
-    def divide(input: Any, other: Any) -> Tensor: ...
-    def true_divide(input: Any, other: Any) -> Tensor: ...
-    def floor_divide(input: Any, other: Any) -> Tensor: ...
-    def remainder(input: Any, other: Any) -> Tensor: ...
-    def eq(input: Any, other: Any) -> Tensor: ...
-    def ne(input: Any, other: Any) -> Tensor: ...
-    def lt(input: Any, other: Any) -> Tensor: ...
-    def le(input: Any, other: Any) -> Tensor: ...
-    def gt(input: Any, other: Any) -> Tensor: ...
-    def ge(input: Any, other: Any) -> Tensor: ...
-    def logical_and(input: Any, other: Any) -> Tensor: ...
-    def logical_or(input: Any, other: Any) -> Tensor: ...
-    def logical_xor(input: Any, other: Any) -> Tensor: ...
-    negative = neg
 
 
 class ValuesIndices(NamedTuple):
@@ -201,6 +161,11 @@ class Tensor:
         def prod(self, dim: Any = None, keepdim: _bool = False) -> Tensor: ...
         def clip(self, min: Any = None, max: Any = None) -> Tensor: ...
         def where(self, condition: Tensor, other: Any) -> Tensor: ...
+        def __getitem__(self, index: Any) -> Tensor: ...
+        def __setitem__(self, index: Any, value: Any) -> None: ...
+        def __pow__(self, o: Any) -> Tensor: ...
+        def __matmul__(self, o: Any) -> Tensor: ...
+        def __rmatmul__(self, o: Any) -> Tensor: ...
 
     # -- metadata ------------------------------------------------------------------------
     @property
@@ -574,12 +539,6 @@ class Tensor:
         return x.reshape(tuple(r * n for r, n in zip(reps, self.reshape((1,) * (len(reps) - self.ndim) + self.shape).shape)))
 
     # -- indexing ------------------------------------------------------------------------
-    def __getitem__(self, index: Any) -> "Tensor":
-        return _getitem(self, index)
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        _setitem(self, index, value)
-
     # -- in-place writes -------------------------------------------------------------------
     def copy_(self, src: "Tensor | Scalar | np.ndarray") -> "Tensor":
         """Write ``src`` (broadcast, cast to this dtype) into this tensor's memory. The
@@ -700,17 +659,8 @@ class Tensor:
     def __rmod__(self, o: Any) -> "Tensor":
         return _binary("remainder", o, self)
 
-    def __pow__(self, o: Any) -> "Tensor":
-        return pow(self, o)
-
     def __rpow__(self, o: Any) -> "Tensor":
         return _binary("pow", o, self)
-
-    def __matmul__(self, o: Any) -> "Tensor":
-        return matmul(self, o)
-
-    def __rmatmul__(self, o: Any) -> "Tensor":
-        return matmul(o, self)
 
     def __eq__(self, o: Any) -> "Tensor":  # type: ignore[override]
         return _binary("eq", self, o)
@@ -885,6 +835,27 @@ def _scalar_to(op: str, value: Any, dtype: DType) -> Tensor:
     return _constant(value, dtype)
 
 
+def from_numpy(array: np.ndarray) -> Tensor:
+    """Wrap a numpy array without copying (non-negative strides); the tensor and the
+    array share memory, as in PyTorch. A read-only array gives a read-only tensor."""
+    if not isinstance(array, np.ndarray):
+        raise Unsupported("from_numpy", f"expected a numpy array, got {type(array).__name__}")
+    d = dt.from_numpy_dtype(array.dtype)
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    item = array.itemsize
+    if array.ndim and (_b.any(s < 0 or s % item for s in array.strides)):
+        array = np.ascontiguousarray(array)
+    readonly = not array.flags.writeable
+    if array.size == 0:
+        flat = np.empty(0, dtype=array.dtype)
+        return Tensor(Storage(d, CPU, 0, flat, readonly=readonly, owner=array), Layout.contiguous(array.shape))
+    strides = tuple(s // item for s in array.strides)
+    extent = 1 + _b.sum((n - 1) * s for n, s in zip(array.shape, strides))
+    flat = np.lib.stride_tricks.as_strided(array, (extent,), (item,), writeable=not readonly)
+    return Tensor(Storage(d, CPU, extent, flat, readonly=readonly, owner=array), Layout(array.shape, strides, 0))
+
+
 def _as_tensor_like(value: Any, like: Tensor, op: str) -> Tensor:
     if isinstance(value, Tensor):
         return value
@@ -972,504 +943,11 @@ def _shape_arg_infer(op: str, shape: tuple[Any, ...]) -> Shape:
         out.append(int(n))
     return tuple(out)
 
-
-# -- indexing ----------------------------------------------------------------------------------
-
-_BASIC = (slice, int, type(None), type(Ellipsis))
-
-
-def _expand_index(x: Tensor, index: Any) -> tuple[Any, ...]:
-    if not isinstance(index, tuple):
-        index = (index,)
-    if _b.all(type(i) in _BASIC for i in index):  # the common case, counted in one pass
-        n_real = _b.sum(1 for i in index if i is not None and i is not Ellipsis)
-        n_ell = index.count(Ellipsis)
-        if n_ell == 0 and n_real <= x.ndim:
-            return index
-        if n_ell == 1 and n_real <= x.ndim:
-            pos = index.index(Ellipsis)
-            return index[:pos] + (slice(None),) * (x.ndim - n_real) + index[pos + 1:]
-    n_real = _b.sum(1 for i in index if i is not None and i is not Ellipsis and not (
-        isinstance(i, Tensor) and i.dtype is dt.bool_) and not isinstance(i, bool))
-    n_real += _b.sum(i.ndim for i in index if isinstance(i, Tensor) and i.dtype is dt.bool_)
-    if _b.sum(1 for i in index if i is Ellipsis) > 1:
-        raise Unsupported("__getitem__", "only one ellipsis is allowed")
-    if n_real > x.ndim:
-        raise DimOutOfRange("__getitem__", n_real - 1, x.ndim, f"too many indices ({n_real}) for a tensor of rank {x.ndim}")
-    if Ellipsis in [i for i in index if not isinstance(i, Tensor)]:
-        pos = [k for k, i in enumerate(index) if i is Ellipsis and not isinstance(i, Tensor)][0]
-        index = index[:pos] + (slice(None),) * (x.ndim - n_real) + index[pos + 1:]
-    return index
-
-
-def _getitem(x: Tensor, index: Any) -> Tensor:
-    """Basic indexing is a view; one integer-tensor (or list) index becomes
-    ``index_select``; a bool mask needs its data, so it is a sync point."""
-    index = _expand_index(x, index)
-    lay = x._layout
-    # The storage ``lay`` indexes: x's, until a mask's flatten has to copy (an expanded
-    # or transposed view cannot always be flattened in place).
-    storage = x._storage
-    dim = 0
-    advanced: list[tuple[int, Tensor]] = []
-    for item in index:
-        if item is None:
-            lay = lay.unsqueeze(dim)
-            dim += 1
-        elif isinstance(item, (bool, np.bool_)):
-            raise Unsupported("__getitem__", "indexing with a Python bool is not supported")
-        elif isinstance(item, (int, np.integer)):
-            n = lay.shape[dim]
-            if not -n <= item < n:
-                raise IndexOutOfRange("__getitem__", int(item), n, dim)
-            lay = lay.select(dim, int(item) % n)
-        elif isinstance(item, slice):
-            if item.start is None and item.stop is None and item.step is None:
-                dim += 1  # a full slice (``...`` expands to them): the same layout
-                continue
-            n = lay.shape[dim]
-            step = 1 if item.step is None else int(item.step)
-            if step <= 0:
-                raise Unsupported("__getitem__", f"slice step must be positive, got {step}")
-            start, stop, _ = slice(item.start, item.stop, 1).indices(n)
-            lay = lay.slice(dim, start, _b.max(start, stop), step)
-            dim += 1
-        elif isinstance(item, (Tensor, list, np.ndarray)):
-            # An empty list is an empty index, not an empty float tensor (as PyTorch).
-            t = item if isinstance(item, Tensor) else tensor(item, dtype=dt.int64 if isinstance(item, list) and
-                                                             not item else None)
-            if t.dtype is dt.bool_:
-                if t.shape != lay.shape[dim:dim + t.ndim]:
-                    raise ShapeMismatch("__getitem__", [lay.shape, t.shape], "bool mask shape must match the indexed dims")
-                nz = np.flatnonzero(t.numpy().reshape(-1))
-                merged = Tensor(storage, lay).flatten(dim, dim + t.ndim - 1) if t.ndim else Tensor(storage, lay).unsqueeze(dim)
-                storage, lay = merged._storage, merged._layout
-                advanced.append((dim, tensor(nz.astype(np.int64))))
-            else:
-                if not t.dtype.is_integer:
-                    raise DtypeMismatch("__getitem__", [t.dtype], "index tensors must be integer or bool")
-                advanced.append((dim, t))
-            dim += 1
-        else:
-            raise Unsupported("__getitem__", f"cannot index with {type(item).__name__}")
-    out = Tensor(storage, lay)
-    if not advanced:
-        return out
-    if len(advanced) > 1:
-        raise Unsupported("__getitem__", "more than one tensor index (advanced indexing) is not supported yet")
-    d, idx = advanced[0]
-    if idx.dtype is not dt.int64:
-        idx = idx.to(dt.int64)
-    n = out.shape[d]
-    if idx._storage.realized and idx.numel():
-        vals = idx.numpy()
-        if vals.min() < -n or vals.max() >= n:
-            bad = int(vals.min()) if vals.min() < -n else int(vals.max())
-            raise IndexOutOfRange("__getitem__", bad, n, d)
-        if vals.min() < 0:
-            idx = tensor(np.where(vals < 0, vals + n, vals))
-    elif idx.numel():
-        # Indices not computed yet: PyTorch accepts negative ones in ``x[idx]``, so wrap
-        # them on the stream too; values out of range are found when the stream runs.
-        idx = where(idx < 0, idx + n, idx)
-    flat = idx.reshape(-1)
-    sel = index_select(out, d, flat)
-    return sel.reshape(out.shape[:d] + idx.shape + out.shape[d + 1:])
-
-
-def _setitem(x: Tensor, index: Any, value: Any) -> None:
-    """``x[idx] = value``: a basic index writes through a view; a bool mask with a
-    scalar writes the whole tensor through ``where``; a bool mask with a tensor of
-    values, or an integer-tensor index, writes the selected rows one by one (both read
-    the index data, so they are sync points). As in PyTorch, ``value`` broadcasts to
-    the shape ``x[idx]`` has. The call is atomic: an error records nothing."""
-    _check_writable("__setitem__", x)
-    items = index if isinstance(index, tuple) else (index,)
-    if not _b.any(isinstance(i, (Tensor, list, np.ndarray)) for i in items):
-        x[index].copy_(value)
-        return
-    with stream_of(x.device).atomic():
-        _setitem_advanced(x, items, value)
-
-
-def _setitem_advanced(x: Tensor, items: tuple[Any, ...], value: Any) -> None:
-    if len(items) == 1 and isinstance(items[0], Tensor) and items[0].dtype is dt.bool_:
-        mask = items[0]
-        if mask.ndim > x.ndim or mask.shape != x.shape[:mask.ndim]:
-            raise ShapeMismatch("__setitem__", [x.shape, mask.shape], "a bool mask must match the leading dims it indexes")
-        if not isinstance(value, Tensor) or value.ndim == 0:
-            v = value if isinstance(value, Tensor) else _scalar_to("__setitem__", value, x.dtype)
-            if v.dtype is not x.dtype:
-                v = v.to(x.dtype)
-            # The mask covers x's leading dims (PyTorch), so it broadcasts over the rest.
-            m = mask._view(mask._layout.view(mask.shape + (1,) * (x.ndim - mask.ndim)) or mask._layout)
-            x.copy_(where(_broadcast_to("__setitem__", m, x.shape), v, x))
-            return
-        # Values fill the selected positions in order: that needs the mask's data.
-        flat = np.flatnonzero(mask.numpy().reshape(-1))
-        rows = [tuple(int(i) for i in np.unravel_index(f, mask.shape)) for f in flat]
-        depth = mask.ndim
-    else:
-        idx = items[0] if isinstance(items[0], Tensor) else tensor(items[0])
-        if len(items) != 1 or not idx.dtype.is_integer or idx.ndim != 1:
-            raise Unsupported("__setitem__", "only x[bool_mask] = v, x[int_index_1d] = v and basic indexing are supported")
-        if x.ndim == 0:
-            raise DimOutOfRange("__setitem__", 0, 0, "a 0-d tensor cannot be indexed by a tensor")
-        n = x.shape[0]
-        vals = idx.numpy().astype(np.int64)
-        if vals.size and (vals.min() < -n or vals.max() >= n):
-            raise IndexOutOfRange("__setitem__", int(vals.min() if vals.min() < -n else vals.max()), n, 0)
-        rows = [(int(r),) for r in (vals % _b.max(n, 1)).tolist()]
-        depth = 1
-    if isinstance(value, Tensor):
-        value = _broadcast_to("__setitem__", value, (len(rows),) + x.shape[depth:])
-    for k, row in enumerate(rows):
-        x[row].copy_(value[k] if isinstance(value, Tensor) else value)
-
-
-# -- the rest of the API as functions (and methods, attached below) ---------------------------
-
-def where(condition: Tensor, input: Any, other: Any) -> Tensor:
-    c, a, b = _operands_where(condition, input, other)
-    return _record("where", [c, a, b])
-
-
-def _operands_where(condition: Any, a: Any, b: Any) -> list[Tensor]:
-    if not isinstance(condition, Tensor):
-        raise Unsupported("where", "condition must be a bool tensor")
-    like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
-    if like is None:  # two scalars: PyTorch's default dtype for their kind
-        kinds = {type(v) for v in (a, b)}
-        d = dt.float32 if float in kinds else dt.bool_ if kinds == {bool} else dt.int64
-        like = _constant(0, d)
-    a_t = _as_tensor_like(a, like, "where")
-    b_t = _as_tensor_like(b, like, "where")
-    return _operands("where", condition, a_t, b_t)
-
-
-def pow(input: Any, exponent: Any) -> Tensor:
-    if isinstance(input, Tensor) and input.dtype.is_integer and not isinstance(exponent, Tensor) \
-            and isinstance(exponent, (int, float, np.integer, np.floating)) and exponent < 0:
-        # -1.0 is an integral float scalar, which takes the int dtype: the same error.
-        raise Unsupported("pow", "integers to negative integer powers are not allowed")
-    return _binary("pow", input, exponent)
-
-
-@_atomic
-def clamp(input: Tensor, min: Any = None, max: Any = None) -> Tensor:
-    if min is None and max is None:
-        raise Unsupported("clamp", "at least one of min and max must be given")
-    out = input
-    if min is not None:
-        out = maximum(out, min)
-    if max is not None:
-        out = minimum(out, max)
-    return out
-
-
-def maximum(input: Any, other: Any) -> Tensor:
-    return _binary("maximum", input, other)
-
-
-def minimum(input: Any, other: Any) -> Tensor:
-    return _binary("minimum", input, other)
-
-
-def masked_fill(input: Tensor, mask: Tensor, value: Any) -> Tensor:
-    if not isinstance(mask, Tensor) or mask.dtype is not dt.bool_:
-        raise DtypeMismatch("masked_fill", [getattr(mask, "dtype", type(mask).__name__)], "mask must be a bool tensor")
-    if isinstance(value, Tensor):
-        if value.numel() != 1:
-            raise ShapeMismatch("masked_fill", [value.shape], "value must be a scalar or a one-element tensor")
-        value = value.reshape(())
-    shape = broadcast_shapes("masked_fill", input.shape, mask.shape)
-    if shape != input.shape:
-        raise ShapeMismatch("masked_fill", [input.shape, mask.shape], "mask must broadcast to the input's shape")
-    return where(mask, value, input)
-
-
-# -- reductions ------------------------------------------------------------------------------
-
-def _reduce(op: str, x: Tensor, dim: Any, keepdim: bool, **extra: Any) -> Tensor:
-    _check_tensor(op, x)
-    dims = normalize_dims(op, dim, x.ndim)
-    return _record(op, [x], dims=dims, keepdim=bool(keepdim), **extra)
-
-
-@_atomic
-def sum(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
-    x = input.to(dtype) if dtype is not None else input
-    return _reduce("sum", x, dim, keepdim)
-
-
-@_atomic
-def mean(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
-    x = input.to(dtype) if dtype is not None else input
-    return _reduce("mean", x, dim, keepdim)
-
-
-def prod_(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
-    return _reduce("prod", input, dim, keepdim)
-
-
-def amax(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
-    return _reduce("amax", input, dim, keepdim)
-
-
-def amin(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
-    return _reduce("amin", input, dim, keepdim)
-
-
-def _max_min(op: str, input: Tensor, dim: Any, keepdim: bool) -> Any:
-    if isinstance(dim, Tensor):  # torch.max(a, b)
-        return _binary("maximum" if op == "max" else "minimum", input, dim)
-    if dim is None:
-        return _reduce("amax" if op == "max" else "amin", input, None, False)
-    if not isinstance(dim, int):
-        raise Unsupported(op, "dim must be an int (use amax/amin for several dims)")
-    values = _reduce("amax" if op == "max" else "amin", input, dim, keepdim)
-    indices = _reduce("argmax" if op == "max" else "argmin", input, dim, keepdim)
-    return ValuesIndices(values, indices)
-
-
-def max(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
-    return _max_min("max", input, dim, keepdim)
-
-
-def min(input: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
-    return _max_min("min", input, dim, keepdim)
-
-
-def argmax(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
-    return _arg("argmax", input, dim, keepdim)
-
-
-def argmin(input: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
-    return _arg("argmin", input, dim, keepdim)
-
-
-def _arg(op: str, input: Tensor, dim: int | None, keepdim: bool) -> Tensor:
-    if dim is None:
-        flat = input.reshape(-1)
-        out = _reduce(op, flat, 0, False)
-        return out.reshape((1,) * input.ndim) if keepdim else out
-    return _reduce(op, input, dim, keepdim)
-
-
-def any(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
-    return _reduce("any", input, dim, keepdim)
-
-
-def all(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
-    return _reduce("all", input, dim, keepdim)
-
-
-def var(input: Tensor, dim: Any = None, keepdim: bool = False, *, correction: float = 1,
-        unbiased: bool | None = None) -> Tensor:
-    if unbiased is not None:
-        correction = 1 if unbiased else 0
-    return _reduce("var", input, dim, keepdim, correction=correction)
-
-
-def std(input: Tensor, dim: Any = None, keepdim: bool = False, *, correction: float = 1,
-        unbiased: bool | None = None) -> Tensor:
-    return var(input, dim, keepdim, correction=correction, unbiased=unbiased).sqrt()
-
-
-@_atomic
-def logsumexp(input: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
-    """``m + log(sum(exp(x - m)))`` with ``m`` the max, replaced by 0 where it is
-    infinite so that all -inf rows give -inf (not nan), as PyTorch does."""
-    m = _shift_max(input, dim)
-    m = where(isfinite(m), m, 0.0)
-    out = (input - m).exp().sum(dim, keepdim=True).log() + m
-    return out if keepdim else out.squeeze(normalize_dims("logsumexp", dim, input.ndim))
-
-
-def _shift_max(x: Tensor, dim: Any) -> Tensor:
-    """``amax(x, dim, keepdim=True)``, the shift that keeps ``exp`` finite; 0 when a
-    reduced dim is empty, where amax has no value but PyTorch's softmax (an empty
-    result) and logsumexp (-inf, the log of an empty sum) are still defined."""
-    dims = normalize_dims("softmax", dim, x.ndim)
-    if _b.any(x.shape[d] == 0 for d in dims):
-        return zeros(tuple(1 if i in dims else n for i, n in enumerate(x.shape)), dtype=x.dtype)
-    return amax(x, dim, keepdim=True)
-
-
-@_atomic
-def softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
-    """``exp(x - max) / sum``, written from primitive ops so that the fusion compiler
-    sees (and fuses) exactly what a user would write."""
-    x = input.to(dtype) if dtype is not None else input
-    _check_float("softmax", x)
-    e = (x - _shift_max(x, dim)).exp()
-    return e / e.sum(dim, keepdim=True)
-
-
-@_atomic
-def log_softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
-    x = input.to(dtype) if dtype is not None else input
-    _check_float("log_softmax", x)
-    # PyTorch's formula, ``(x - max) - log(sum(exp(x - max)))``: subtracting the max
-    # first avoids the cancellation of ``x - logsumexp(x)`` (a few ulp of |x| in half
-    # types), and a row with +inf gives nan as softmax does.
-    shifted = x - _shift_max(x, dim)
-    return shifted - shifted.exp().sum(dim, keepdim=True).log()
-
-
-def _check_float(op: str, x: Tensor) -> None:
-    if not x.dtype.is_floating_point:
-        raise DtypeMismatch(op, [x.dtype], "expects a floating dtype; cast with .to(dtype)")
-
-
-@_atomic
-def cumsum(input: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
-    x = input.to(dtype) if dtype is not None else input
-    d = normalize_dim("cumsum", dim, x.ndim)
-    return _record("cumsum", [x], dim=d)
-
-
-def sort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = True) -> ValuesIndices:
-    d = normalize_dim("sort", dim, input.ndim)
-    return ValuesIndices(*_record("sort", [input], dim=d, descending=bool(descending)))
-
-
-def argsort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
-    return sort(input, dim, descending).indices
-
-
-def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> ValuesIndices:
-    d = normalize_dim("topk", dim, input.ndim)
-    return ValuesIndices(*_record("topk", [input], k=int(k), dim=d, largest=bool(largest), sorted=bool(sorted)))
-
-
-# -- shape-building ops ---------------------------------------------------------------------
-
-def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    ts = list(tensors)
-    if not ts:
-        raise ShapeMismatch("cat", [], "needs at least one tensor")
-    for t in ts:
-        _check_tensor("cat", t)
-    ref = ts[0]
-    d = normalize_dim("cat", dim, ref.ndim)
-    for t in ts[1:]:
-        if t.ndim != ref.ndim or t.shape[:d] + t.shape[d + 1:] != ref.shape[:d] + ref.shape[d + 1:]:
-            raise ShapeMismatch("cat", [x.shape for x in ts], f"sizes must match except in dim {d}")
-    if len(ts) == 1:
-        return ts[0].clone()
-    return _record("cat", ts, dim=d)
-
-
-def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-    ts = list(tensors)
-    if not ts:
-        raise ShapeMismatch("stack", [], "needs at least one tensor")
-    for t in ts[1:]:
-        if t.shape != ts[0].shape:
-            raise ShapeMismatch("stack", [x.shape for x in ts], "all tensors must have the same shape")
-    d = normalize_dim("stack", dim, ts[0].ndim, extra=1)
-    return cat([t.unsqueeze(d) for t in ts], d)
-
-
-def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: Scalar = 0) -> Tensor:
-    """PyTorch's ``F.pad``: ``pad`` lists (left, right) pairs from the last dim
-    backwards; negative amounts crop (a view)."""
-    if len(pad) % 2 or len(pad) // 2 > input.ndim:
-        raise ShapeMismatch("pad", [input.shape], f"pad {tuple(pad)} must have an even length of at most 2*{input.ndim}")
-    if mode not in ("constant", "reflect", "replicate", "circular"):
-        raise Unsupported("pad", f"unknown mode {mode!r}")
-    pairs = [(0, 0)] * input.ndim
-    for i in range(len(pad) // 2):
-        pairs[input.ndim - 1 - i] = (int(pad[2 * i]), int(pad[2 * i + 1]))
-    x = input
-    for d, (lo, hi) in enumerate(pairs):
-        if lo < 0 or hi < 0:
-            n = x.shape[d]
-            start, stop = -_b.min(lo, 0), n + _b.min(hi, 0)
-            if stop < start:
-                raise ShapeMismatch("pad", [input.shape], f"cropping {lo, hi} exceeds dim {d} of size {n}")
-            x = x.narrow(d, start, stop - start)
-    pos = tuple((_b.max(lo, 0), _b.max(hi, 0)) for lo, hi in pairs)
-    if mode == "constant":
-        fill = _scalar_value("pad", value, x.dtype)
-    else:
-        fill = 0
-        for d, (lo, hi) in enumerate(pos):
-            # reflect mirrors without the edge, circular wraps once; replicate repeats the
-            # edge any number of times (as PyTorch), so it only needs a non-empty dim.
-            limit = {"reflect": x.shape[d] - 1, "circular": x.shape[d]}.get(mode, x.shape[d] + _b.max(lo, hi))
-            if (lo or hi) and (_b.max(lo, hi) > limit or x.shape[d] == 0):
-                raise ShapeMismatch("pad", [input.shape], f"{mode} padding {lo, hi} is too large for dim {d}")
-    if not _b.any(lo or hi for lo, hi in pos):
-        return x
-    return _record("pad", [x], pads=pos, mode=mode, value=fill)
-
-
-def tril(input: Tensor, diagonal: int = 0) -> Tensor:
-    if input.ndim < 2:
-        raise RankMismatch("tril", ">= 2", input.shape)
-    return _record("tril", [input], diagonal=int(diagonal))
-
-
-def triu(input: Tensor, diagonal: int = 0) -> Tensor:
-    if input.ndim < 2:
-        raise RankMismatch("triu", ">= 2", input.shape)
-    return _record("triu", [input], diagonal=int(diagonal))
-
-
-def _check_index_values(op: str, index: Tensor, size: int, dim: int) -> None:
-    """Indices already known (realised) are checked now, at the user's line."""
-    if index._storage.realized and not index._storage.producer and index.numel():
-        from .ops.shape import check_indices
-        check_indices(op, index.numpy(), size, dim)
-
-
-def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:
-    d = normalize_dim("gather", dim, input.ndim)
-    if index.ndim != input.ndim:
-        raise RankMismatch("gather", input.ndim, index.shape)
-    for i, (n, m) in enumerate(zip(input.shape, index.shape)):
-        if i != d and m > n:
-            raise ShapeMismatch("gather", [input.shape, index.shape], f"index size {m} exceeds input size {n} in dim {i}")
-    _check_index_values("gather", index, input.shape[d] if input.ndim else 1, d)
-    return _record("gather", [input, index], dim=d)
-
-
-def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
-    d = normalize_dim("index_select", dim, input.ndim)
-    if index.ndim > 1:
-        raise RankMismatch("index_select", 1, index.shape)
-    _check_index_values("index_select", index, input.shape[d] if input.ndim else 1, d)
-    if d == 0 and input.ndim == 2 and input.dtype is dt.float32 and index.dtype in (dt.int64, dt.int32):
-        # rows of a float32 table: the row-gather kernel of embeddings (``qembedding``,
-        # an ``ir.QRows``), not numpy between kernels, so a plan that picks rows (the
-        # logits' positions of a padded prompt) stays compiled code
-        return _record("qembedding", [input, index.reshape(-1)], k=input.shape[1], qtype="F32")
-    return _record("index_select", [input, index.reshape(-1)], dim=d)
-
-
 def _block_attrs(op: str, w: Tensor) -> dict[str, Any]:
     """The attributes of an op over a weight kept in its file's type (its GGML type
     and row width), after checking that a block tensor's view keeps whole blocks."""
     check_block_rows(op, w.dtype, w._layout)
     return {"qtype": weight_type(op, w.dtype).name}
-
-
-def qlinear(x: Tensor, weight: Tensor) -> Tensor:
-    """``x @ weight.T`` for x (M, K) float32 and a weight (N, K) kept in its file's type:
-    a block-quantized dtype (q4_0 ... q6_k), float16 or bfloat16. Compiled as a
-    quantized matmul kernel; the reference dequantizes the weight."""
-    return _record("qlinear", [x, weight], **_block_attrs("qlinear", weight))
-
-
-def qembedding(weight: Tensor, ids: Tensor) -> Tensor:
-    """Rows of a block-quantized (or float16/bfloat16/float32) table at 1-d ``ids``, as float32."""
-    if ids.ndim != 1:
-        raise RankMismatch("embedding", 1, ids.shape)
-    _check_index_values("embedding", ids, weight.shape[0] if weight.ndim else 1, 0)
-    return _record("qembedding", [weight, ids], k=weight.shape[-1] if weight.ndim else 0,
-                   **_block_attrs("embedding", weight))
 
 
 def dequantize(input: Tensor) -> Tensor:
@@ -1478,242 +956,4 @@ def dequantize(input: Tensor) -> Tensor:
                    **_block_attrs("dequantize", input))
 
 
-def from_blocks(raw: np.ndarray, dtype: DType, shape: Sequence[int], owner: Any = None) -> Tensor:
-    """A block-quantized tensor over ``raw`` (the uint8 bytes of its blocks, in order),
-    without copying: quantized weights stay in the file's memory map."""
-    shape = tuple(int(n) for n in shape)
-    if not dtype.is_block:
-        raise DtypeMismatch("from_blocks", [dtype], "expects a block-quantized dtype")
-    if not shape or shape[-1] % dtype.block[0]:  # type: ignore[index]
-        raise ShapeMismatch("from_blocks", [shape], f"the last dim must be a multiple of {dtype.block[0]}")  # type: ignore[index]
-    need = dtype.nbytes(prod(shape))
-    if raw.dtype != np.uint8 or raw.ndim != 1 or raw.size != need:
-        raise ShapeMismatch("from_blocks", [shape, raw.shape], f"{dtype.name} {shape} needs {need} bytes as 1-d uint8")
-    return Tensor(Storage(dtype, CPU, need, raw, readonly=not raw.flags.writeable, owner=owner),
-                  Layout.contiguous(shape))
-
-
-def one_hot(input: Tensor, num_classes: int = -1) -> Tensor:
-    if num_classes == -1:
-        num_classes = int(input.max().item()) + 1 if input.numel() else 0
-    _check_index_values("one_hot", input, num_classes, -1)
-    return _record("one_hot", [input], num_classes=int(num_classes))
-
-
-def matmul(input: Any, other: Any) -> Tensor:
-    """PyTorch's matmul: 1-D operands are promoted and the added dim removed; batch
-    dims broadcast (zero-copy expands); the extern kernel sees ``(..., m, k) @ (..., k, n)``."""
-    a, b = _check_tensor("matmul", input), _check_tensor("matmul", other)
-    if a.ndim == 0 or b.ndim == 0:
-        raise RankMismatch("matmul", ">= 1", a.shape if a.ndim == 0 else b.shape)
-    a2 = a.unsqueeze(0) if a.ndim == 1 else a
-    b2 = b.unsqueeze(-1) if b.ndim == 1 else b
-    if a2.shape[-1] != b2.shape[-2]:
-        raise ShapeMismatch("matmul", [a.shape, b.shape], f"inner dims differ ({a2.shape[-1]} vs {b2.shape[-2]})")
-    batch = broadcast_shapes("matmul", a2.shape[:-2], b2.shape[:-2])
-    a3 = _broadcast_to("matmul", a2, batch + a2.shape[-2:])
-    b3 = _broadcast_to("matmul", b2, batch + b2.shape[-2:])
-    out: Tensor = _record("matmul", [a3, b3])
-    if a.ndim == 1:
-        out = out.squeeze(-2)
-    if b.ndim == 1:
-        out = out.squeeze(-1)
-    return out
-
-
-
-
-# -- creation ------------------------------------------------------------------------------
-
-def _creation_dtype(dtype: Any, default: DType) -> DType:
-    return default if dtype is None else as_dtype(dtype, "dtype")
-
-
-def from_numpy(array: np.ndarray) -> Tensor:
-    """Wrap a numpy array without copying (non-negative strides); the tensor and the
-    array share memory, as in PyTorch. A read-only array gives a read-only tensor."""
-    if not isinstance(array, np.ndarray):
-        raise Unsupported("from_numpy", f"expected a numpy array, got {type(array).__name__}")
-    d = dt.from_numpy_dtype(array.dtype)
-    if not array.dtype.isnative:
-        array = array.astype(array.dtype.newbyteorder("="))
-    item = array.itemsize
-    if array.ndim and (_b.any(s < 0 or s % item for s in array.strides)):
-        array = np.ascontiguousarray(array)
-    readonly = not array.flags.writeable
-    if array.size == 0:
-        flat = np.empty(0, dtype=array.dtype)
-        return Tensor(Storage(d, CPU, 0, flat, readonly=readonly, owner=array), Layout.contiguous(array.shape))
-    strides = tuple(s // item for s in array.strides)
-    extent = 1 + _b.sum((n - 1) * s for n, s in zip(array.shape, strides))
-    flat = np.lib.stride_tricks.as_strided(array, (extent,), (item,), writeable=not readonly)
-    return Tensor(Storage(d, CPU, extent, flat, readonly=readonly, owner=array), Layout(array.shape, strides, 0))
-
-
-def from_dlpack(obj: Any) -> Tensor:
-    """Import any DLPack producer (a numpy array, a torch CPU tensor, ...) without copying."""
-    return from_numpy(np.from_dlpack(obj))
-
-
-def _infer_dtype(data: Any) -> DType:
-    flat = np.asarray(data)
-    if flat.dtype.kind == "b":
-        return dt.bool_
-    if flat.dtype.kind in "iu":
-        return dt.int64
-    if flat.dtype.kind == "f":
-        return dt.float32
-    raise Unsupported("tensor", f"cannot make a tensor from {type(data).__name__} ({flat.dtype})")
-
-
-def tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
-    """A new tensor holding a copy of ``data`` (nested lists, scalars, numpy arrays,
-    tensors). Python floats default to float32 and ints to int64, as in PyTorch; a
-    numpy array keeps its dtype."""
-    as_device(device, "tensor")
-    if isinstance(data, Tensor):
-        data = data.numpy()
-    if isinstance(data, np.ndarray):
-        d = _creation_dtype(dtype, dt.from_numpy_dtype(data.dtype, "tensor"))
-        arr = np.array(data, dtype=d.np, copy=True)
-    else:
-        try:
-            d = _creation_dtype(dtype, _infer_dtype(data))
-            arr = np.array(data, dtype=d.np if not d.is_half else np.float64).astype(d.np)
-        except (ValueError, TypeError) as e:
-            raise Unsupported("tensor", f"cannot make a tensor from this data: {e}") from None
-    # Not np.ascontiguousarray: it turns a 0-d array into shape (1,), and
-    # ``braze.tensor(3.5)`` must be 0-d, as in PyTorch.
-    arr = np.require(arr, requirements="C")
-    memory.check(arr.nbytes, "tensor")
-    memory.adopt(arr)
-    return Tensor(Storage(d, CPU, arr.size, arr.reshape(-1)), Layout.contiguous(arr.shape))
-
-
-def full(size: Any, fill_value: Scalar, *, dtype: Any = None, device: Any = None) -> Tensor:
-    as_device(device, "full")
-    shape = _shape_arg("full", (size,) if not isinstance(size, (tuple, list)) else tuple(size))
-    if dtype is None:
-        dtype = dt.bool_ if isinstance(fill_value, bool) else dt.int64 if isinstance(fill_value, int) else dt.float32
-    d = as_dtype(dtype, "full")
-    return _record("full", [], shape=shape, dtype=d, value=_scalar_value("full", fill_value, d))
-
-
-def zeros(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
-    return full(_shape_arg("zeros", size), 0, dtype=_creation_dtype(dtype, dt.float32), device=device)
-
-
-def ones(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
-    return full(_shape_arg("ones", size), 1, dtype=_creation_dtype(dtype, dt.float32), device=device)
-
-
-def empty(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
-    """Uninitialised memory, allocated now (its contents are whatever was there)."""
-    as_device(device, "empty")
-    shape = _shape_arg("empty", size)
-    d = _creation_dtype(dtype, dt.float32)
-    arr = memory.allocate(d.np, prod(shape), "empty")
-    return Tensor(Storage(d, CPU, arr.size, arr), Layout.contiguous(shape))
-
-
-def zeros_like(x: Tensor, *, dtype: Any = None) -> Tensor:
-    return zeros(x.shape, dtype=dtype or x.dtype)
-
-
-def ones_like(x: Tensor, *, dtype: Any = None) -> Tensor:
-    return ones(x.shape, dtype=dtype or x.dtype)
-
-
-def full_like(x: Tensor, fill_value: Scalar, *, dtype: Any = None) -> Tensor:
-    return full(x.shape, fill_value, dtype=dtype or x.dtype)
-
-
-def empty_like(x: Tensor, *, dtype: Any = None) -> Tensor:
-    return empty(x.shape, dtype=dtype or x.dtype)
-
-
-def arange(start: Scalar, end: Scalar | None = None, step: Scalar = 1, *, dtype: Any = None,
-           device: Any = None) -> Tensor:
-    as_device(device, "arange")
-    if end is None:
-        start, end = 0, start
-    if step == 0:
-        raise Unsupported("arange", "step must be non-zero")
-    all_int = _b.all(isinstance(v, (int, np.integer)) for v in (start, end, step))
-    d = _creation_dtype(dtype, dt.int64 if all_int else dt.float32)
-    n = _b.max(0, math.ceil((end - start) / step))
-    return _record("arange", [], shape=(n,), dtype=d, start=start, step=step)
-
-
-def linspace(start: float, end: float, steps: int, *, dtype: Any = None, device: Any = None) -> Tensor:
-    as_device(device, "linspace")
-    if steps < 0:
-        raise ShapeMismatch("linspace", [(steps,)], "steps must be non-negative")
-    d = _creation_dtype(dtype, dt.float32)
-    return _record("linspace", [], shape=(int(steps),), dtype=d, start=float(start), end=float(end))
-
-
-# -- function forms shared with methods ------------------------------------------------------
-
-def _make_unary(name: str) -> Any:
-    def fn(input: Tensor) -> Tensor:
-        return _unary(name, input)
-    fn.__name__ = name
-    fn.__doc__ = f"Element-wise {name}."
-    return fn
-
-
-_UNARY_NAMES = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "sigmoid",
-                "erf", "relu", "silu", "floor", "ceil", "round", "sign", "logical_not", "isnan", "isinf",
-                "isfinite")
-_g = globals()
-for _n in _UNARY_NAMES:
-    _g[_n] = _make_unary(_n)
-negative = _g["neg"]
-
-
-def gelu(input: Tensor, approximate: str = "none") -> Tensor:
-    if approximate not in ("none", "tanh"):
-        raise Unsupported("gelu", f"approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _unary("gelu" if approximate == "none" else "gelu_tanh", input)
-
-
-def square(input: Tensor) -> Tensor:
-    return input * input
-
-
-def _make_binary(name: str, op: str) -> Any:
-    def fn(input: Any, other: Any) -> Tensor:
-        return _binary(op, input, other)
-    fn.__name__ = name
-    fn.__doc__ = f"Element-wise {name} with broadcasting."
-    return fn
-
-
-_BINARY_NAMES = dict(add="add", sub="sub", subtract="sub", mul="mul", multiply="mul", div="div",
-                     divide="div", true_divide="div", floor_divide="floor_divide", remainder="remainder",
-                     eq="eq", ne="ne", lt="lt", le="le", gt="gt", ge="ge", logical_and="logical_and",
-                     logical_or="logical_or", logical_xor="logical_xor")
-for _n, _op in _BINARY_NAMES.items():
-    _g[_n] = _make_binary(_n, _op)
-
-# Methods that are the function forms with the tensor first.
-_METHODS = _UNARY_NAMES + tuple(_BINARY_NAMES) + (
-    "gelu", "square", "pow", "clamp", "maximum", "minimum", "masked_fill", "sum", "mean", "amax", "amin",
-    "max", "min", "argmax", "argmin", "any", "all", "var", "std", "logsumexp", "softmax", "log_softmax",
-    "cumsum", "sort", "argsort", "topk", "tril", "triu", "gather", "index_select", "matmul")
-for _n in _METHODS:
-    setattr(Tensor, _n, _g[_n])
-setattr(Tensor, "prod", prod_)
-setattr(Tensor, "clip", clamp)
-setattr(Tensor, "where", lambda self, condition, other: where(condition, self, other))
-
-
-__all__ = [
-    "Tensor", "ValuesIndices", "where", "pow", "clamp", "maximum", "minimum", "masked_fill", "sum", "mean",
-    "amax", "amin", "max", "min", "argmax", "argmin", "any", "all", "var", "std", "logsumexp", "softmax",
-    "log_softmax", "cumsum", "sort", "argsort", "topk", "cat", "stack", "pad", "tril", "triu", "gather",
-    "index_select", "one_hot", "matmul", "from_numpy", "from_dlpack", "tensor", "full", "zeros", "ones",
-    "empty", "zeros_like", "ones_like", "full_like", "empty_like", "arange", "linspace", "gelu", "square",
-    "negative", *_UNARY_NAMES, *_BINARY_NAMES,
-]
+__all__ = ["Tensor", "ValuesIndices"]

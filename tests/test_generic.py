@@ -146,7 +146,8 @@ def test_a_quantized_matmul_takes_its_rows_at_run_time(plan_builds: list[bool]) 
     """Past the matrix-vector path a quantized matmul's rows (a prompt's tokens) and a
     row gather's count are sizes: prompts of new lengths compile nothing."""
     from braze.quant import DTYPES, GGMLType, dequantize
-    from braze.tensor import from_blocks, qembedding, qlinear
+    from braze.creation import from_blocks
+    from braze.functions import qembedding, qlinear
 
     rng = np.random.default_rng(5)
     n, k = 48, 64

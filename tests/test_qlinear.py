@@ -22,8 +22,9 @@ from braze.nn import functional as F
 from braze.stream import fusion_enabled
 from braze.errors import DtypeMismatch, IndexOutOfRange, ShapeMismatch
 from braze.quant import BLOCK_DTYPES, DTYPES, GGMLType, dequantize
+from braze.creation import from_blocks, from_numpy
+from braze.functions import qembedding, qlinear
 from braze.tensor import dequantize as bdequantize
-from braze.tensor import from_blocks, from_numpy, qembedding, qlinear
 
 QUANT = [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0,
          GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]

@@ -16,7 +16,8 @@ import braze
 from braze.nn import functional as F
 from braze.quant import GGMLType
 from braze.stream import fusion_enabled
-from braze.tensor import from_numpy, qlinear
+from braze.creation import from_numpy
+from braze.functions import qlinear
 from test_qlinear import levels, tolerance, weight
 
 TYPES = ["Q4_1", "Q8_0", "Q4_K", "F16"]

@@ -16,7 +16,8 @@ import braze
 from braze import ir, plan
 from braze.nn import functional as F
 from braze.stream import fusion_enabled
-from braze.tensor import from_numpy, qlinear
+from braze.creation import from_numpy
+from braze.functions import qlinear
 from test_qlinear import levels, tolerance
 from test_qlinear_epilogue import launches, matrix, within
 

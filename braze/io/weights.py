@@ -17,7 +17,8 @@ import numpy as np
 from ..errors import MissingWeight, ShapeMismatch
 from ..quant import DTYPES, PLAIN_DTYPES, BlockTensor, GGMLType
 from ..runtime import memory
-from ..tensor import Tensor, from_blocks, from_numpy
+from ..creation import from_blocks, from_numpy
+from ..tensor import Tensor
 
 
 class WeightSource(Protocol):

@@ -25,7 +25,8 @@ from ..errors import FormatError, Unsupported
 from ..io.weights import SafetensorsWeights, WeightBuilder
 from ..nn import Embedding, LayerNorm, Linear, Module, ModuleList
 from ..nn import functional as F
-from ..tensor import Tensor, arange, from_numpy
+from ..creation import arange, from_numpy
+from ..tensor import Tensor
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,8 @@ from .. import dtypes as dt
 from ..errors import RankMismatch, ShapeMismatch
 from ..jit import jit
 from ..layout import broadcast_shapes
-from ..tensor import (
-    Tensor,
-    arange,
+from ..creation import arange
+from ..functions import (
     gelu,
     index_select,
     pad,
@@ -27,6 +26,7 @@ from ..tensor import (
     log_softmax,
     where,
 )
+from ..tensor import Tensor
 
 __all__ = ["linear", "embedding", "rms_norm", "layer_norm", "scaled_dot_product_attention", "causal_mask",
            "relu", "gelu", "silu", "softmax", "log_softmax", "pad", "normalize", "repeat_kv"]

@@ -8,7 +8,9 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..dtypes import DType
-from ..tensor import Tensor, arange, cat, from_numpy, qembedding, stack, zeros
+from ..creation import arange, from_numpy, zeros
+from ..functions import cat, qembedding, stack
+from ..tensor import Tensor
 from . import functional as F
 from .module import Module
 
