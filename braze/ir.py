@@ -117,10 +117,18 @@ class Size(int):
 
 @dataclass(frozen=True)
 class Affine:
-    """``offset + sum(coeffs[k] * coord[k])`` over the kernel's outer then inner coords."""
+    """``offset + sum(coeffs[k] * coord[k])`` over the kernel's outer then inner coords,
+    plus ``sum(m * ((coord[c] + add) // d) for c, add, d, m in divs)``: a view that
+    merges dims a stride cannot (``repeat_kv``'s expand and reshape: head ``h`` reads
+    KV head ``h // groups``). Coordinates are non-negative, so C's ``/`` is the floor."""
 
     offset: int
     coeffs: tuple[int, ...]
+    divs: tuple[tuple[int, int, int, int], ...] = ()
+
+    def uses(self, c: int) -> bool:
+        """Does the index move with coordinate ``c``?"""
+        return bool(self.coeffs[c]) or any(d[0] == c for d in self.divs)
 
 
 @dataclass(frozen=True)
@@ -265,7 +273,8 @@ def stage_exprs(s: Stage) -> list[Expr]:
 def uses_inner(e: Expr, n_outer: int) -> bool:
     """Does the expression vary along the row (so it cannot be computed once per row)?"""
     for node in walk(e):
-        if isinstance(node, Load) and any(node.index.coeffs[n_outer:]):
+        if isinstance(node, Load) and (any(node.index.coeffs[n_outer:])
+                                       or any(d[0] >= n_outer for d in node.index.divs)):
             return True
         if isinstance(node, Coord) and node.dim >= n_outer:
             return True

@@ -219,6 +219,10 @@ class Renderer:
         for c, k in zip(self.coords, a.coeffs):
             if k:
                 terms.append(c if k == 1 else f"{c} * {k}")
+        for c_, add, d, k in a.divs:
+            x = self.coords[c_]
+            q = f"(({x} + {add}) / {d})" if add else f"({x} / {d})"
+            terms.append(q if k == 1 else f"{q} * {k}")
         return " + ".join(terms) or "0"
 
     def load(self, arg: int, a: ir.Affine, d: DType, when: tuple[tuple[int, int, int], ...] = ()) -> str:
@@ -349,7 +353,7 @@ def _column_reduction(k: ir.Kernel) -> bool:
     if not reduces or len(_passes(k)) != 1:
         return False
     loads = [n for s in reduces for n in ir.walk(s.expr) if isinstance(n, ir.Load)]
-    return bool(loads) and all(n.index.coeffs[0] == 1 and n.index.coeffs[-1] != 1 for n in loads)
+    return bool(loads) and all(n.index.coeffs[0] == 1 and n.index.coeffs[-1] != 1 and not n.index.divs for n in loads)
 
 
 def _is_float_minmax(s: ir.Reduce) -> bool:
@@ -445,7 +449,7 @@ def _hoist(k: ir.Kernel, lines: list[str]) -> dict[ir.Expr, str]:
     out: dict[ir.Expr, str] = {}
     r = Renderer([])
     for n in (n for s in k.stages for e in ir.stage_exprs(s) for n in ir.walk(e)):
-        if isinstance(n, ir.Load) and not any(n.index.coeffs) and not n.when and n not in out:
+        if isinstance(n, ir.Load) and not any(n.index.coeffs) and not n.index.divs and not n.when and n not in out:
             out[n] = f"s{len(out)}"
             lines.append(f"    const {vtype(n.dtype)} {out[n]} = {r.load(n.arg, n.index, n.dtype)};")
     return out

@@ -191,7 +191,7 @@ def _batch_free(e: ir.Expr, n_batch_dims: int) -> bool:
     for x in ir.walk(e):
         if isinstance(x, ir.Coord) and x.dim < n_batch_dims:
             return False
-        if isinstance(x, ir.Load) and (any(x.index.coeffs[:n_batch_dims])
+        if isinstance(x, ir.Load) and (any(x.index.uses(c) for c in range(n_batch_dims))
                                        or any(c < n_batch_dims for c, _, _ in x.when)):
             return False
     return True
@@ -231,7 +231,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     # value tiles do not depend on (query heads sharing a KV head), so each packed tile
     # serves all of them.
     nr = 1
-    while nr < n_outer and not dot.b.index.coeffs[n_outer - 1 - nr] and not contract.v.index.coeffs[n_outer - 1 - nr]:
+    while nr < n_outer and not dot.b.index.uses(n_outer - 1 - nr) and not contract.v.index.uses(n_outer - 1 - nr):
         nr += 1
     row_dims = list(range(n_outer - nr, n_outer))
     rows_per_batch = prod(k.outer[n_outer - nr:])

@@ -85,7 +85,8 @@ def _reindexed(k: ir.Kernel, outer: tuple[int, ...], inner: tuple[int, ...],
 def canonical(k: ir.Kernel) -> ir.Kernel:
     """The same kernel over the fewest loops (see the module's doc); ``k`` itself when
     it reads a coordinate or has repair terms (a rolling reduction), left as it is."""
-    if _pinned(k) or any(isinstance(st, ir.Reduce) and st.repair is not None for st in k.stages):
+    if _pinned(k) or any(isinstance(st, ir.Reduce) and st.repair is not None for st in k.stages) \
+            or any(a.divs for a in _indices(k)):  # a division pins the loop it divides
         return k
     indices = list(dict.fromkeys(_indices(k)))
     dims = list(k.outer) + list(k.inner)
@@ -164,8 +165,10 @@ def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
         return extras[where]
 
     def affine(a: ir.Affine, arg: int) -> ir.Affine:
+        divs = tuple((c, spelled(add, (arg, a, j, "add")), spelled(d, (arg, a, j, "div")), spelled(m, (arg, a, j, "m")))
+                     for j, (c, add, d, m) in enumerate(a.divs))
         return ir.Affine(spelled(a.offset, (arg, a, -1)),
-                         tuple(spelled(c, (arg, a, i), i) for i, c in enumerate(a.coeffs)))
+                         tuple(spelled(c, (arg, a, i), i) for i, c in enumerate(a.coeffs)), divs)
 
     def load(e: ir.Load) -> ir.Load:  # a cat's or pad's range too: where its input lies
         when = tuple((c, spelled(lo, (e.arg, e.index, c, "lo")), spelled(hi, (e.arg, e.index, c, "hi")))

@@ -89,8 +89,10 @@ def _shifted(load: ir.Expr, shifts: dict[int, int], when: tuple[tuple[int, int, 
     """An input's load seen from the output's coordinates: coordinate ``c`` of the output
     is ``c - shift`` of the input, and the load is valid only inside ``when``."""
     assert isinstance(load, ir.Load)
-    off = load.index.offset - sum(load.index.coeffs[c] * k for c, k in shifts.items())
-    return ir.Load(load.arg, ir.Affine(off, load.index.coeffs), load.dtype, when)
+    a = load.index
+    off = a.offset - sum(a.coeffs[c] * k for c, k in shifts.items())
+    divs = tuple((c, add - shifts.get(c, 0), d, m) for c, add, d, m in a.divs)
+    return ir.Load(load.arg, ir.Affine(off, a.coeffs, divs), load.dtype, when)
 
 
 def _in_range(coord: int, lo: int, hi: int) -> ir.Expr:

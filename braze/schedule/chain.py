@@ -160,7 +160,8 @@ def build(s: "Scheduler", chain: Chain) -> str:
     vmap = _batch_map(len(v_in.layout.shape), batch) + [ndim - 1, ndim]  # (.., j, e)
     s.groups.append(g)
     s.open.append(g)
-    dot = ir.Dot(s.load(g, a, amap, ndim + 1, (chain.first, 0)), s.load(g, b, bmap, ndim + 1, (chain.first, 1)),
+    ext_d = shape + (d_len,)  # the coordinates of a Dot: (.., i, j, dd)
+    dot = ir.Dot(s.load_through(g, a, amap, ext_d, (chain.first, 0)), s.load_through(g, b, bmap, ext_d, (chain.first, 1)),
                  d_len, dt.float32)
     k_s = s.key(out.storage)
     g.values[k_s] = Value(dot, affine(Layout.contiguous(shape), range(ndim), ndim), False, shape,
@@ -183,8 +184,8 @@ def build(s: "Scheduler", chain: Chain) -> str:
     stages, w_repair = repairs
     o = last.outputs[0]
     omap = list(range(batch + 1)) + [ndim]  # (.., i, e)
-    contract = ir.Contract(-1, affine(o.layout, omap, ndim + 1), weight, s.load(g, v_in, vmap, ndim + 1, (chain.last, 1)),
-                           e_len, post, w_repair)
+    v_load = s.load_through(g, v_in, vmap, shape + (e_len,), (chain.last, 1))  # (.., i, j, e)
+    contract = ir.Contract(-1, affine(o.layout, omap, ndim + 1), weight, v_load, e_len, post, w_repair)
     g.stages[:] = stages
     g.contract = (s.key(o.storage), contract)
     g.members.append(chain.last)

@@ -80,6 +80,8 @@ def _onto(shape: tuple[int, ...], m: int, n: int) -> Callable[[ir.Affine], ir.Af
         return None
 
     def at(a: ir.Affine) -> ir.Affine | None:
+        if a.divs:
+            return None
         cr, cj = flat_stride(a.coeffs[:split], shape[:split]), flat_stride(a.coeffs[split:], shape[split:])
         return None if cr is None or cj is None else ir.Affine(a.offset, (cr, cj))
 

@@ -41,6 +41,7 @@ from . import recompute
 from . import chain
 from . import epilogue
 from . import prologue
+from . import split
 from .group import ExternStep, Group, Key, KernelStep, Value, affine
 from ..codegen import quant as quant_kernels
 
@@ -392,13 +393,36 @@ class Scheduler:
         made = self.created.get(k)
         if made is None or self.nodes[ref[0]].op.name in ("cat", "pad"):  # they shift and guard loads
             return self.load(g, o, dim_map, g.ndim, ref)
-        # A value of the index alone (a causal mask from two aranges): recomputed where
-        # it is read, so it never needs a buffer or a kernel of its own.
-        expr = made(affine(o.layout, dim_map, g.ndim), lambda st, index, r: self.load_at(g, st, index, r))
+        # A value of the index alone (a causal mask from two aranges), or a copy of a
+        # view: recomputed (read through) where it is read, so it never needs a buffer
+        # or a kernel of its own.
+        expr = made(affine(o.layout, dim_map, g.ndim), g.outer + g.inner, self.loader(g))
         if expr is None:
             return self.load(g, o, dim_map, g.ndim, ref)
         self.readers[k].discard(ref[0])
         return expr
+
+    def loader(self, g: Group) -> recompute.LoadAt:
+        """Loads for a recomputed value read in ``g``: not of what ``g`` computes itself
+        (it would read memory the same kernel has yet to write)."""
+        def load_at(storage: Any, index: ir.Affine, ref: tuple[int, int]) -> ir.Load | None:
+            if self.producer.get(self.key(storage)) is g:
+                return None
+            return self.load_at(g, storage, index, ref)
+        return load_at
+
+    def load_through(self, g: Group, o: Any, dim_map: Sequence[int | None], extents: Sequence[int],
+                     ref: tuple[int, int]) -> ir.Load:
+        """``load`` for a chain's matmul operand: a copy of a view (``repeat_kv``'s
+        keys and values) is read where its input lies, through the index."""
+        k = self.key(o.storage)
+        made = self.created.get(k)
+        if made is not None:
+            e = made(affine(o.layout, dim_map, len(extents)), extents, self.loader(g))
+            if isinstance(e, ir.Load):
+                self.readers[k].discard(ref[0])
+                return e
+        return self.load(g, o, dim_map, len(extents), ref)
 
     def load(self, g: Group, o: Any, dim_map: Sequence[int | None], ndim: int, ref: tuple[int, int]) -> ir.Load:
         """Read operand ``ref`` (node, input) from memory in group ``g``."""
@@ -426,7 +450,7 @@ class Scheduler:
             offset = self.nodes[ref[0]].inputs[ref[1]].layout.offset
             arg = g.loads.setdefault((k, offset), len(g.loads))
             g.refs.setdefault(arg, ref)
-            index = ir.Affine(index.offset - offset, index.coeffs)
+            index = replace(index, offset=index.offset - offset)
         return ir.Load(arg, index, storage.dtype)
 
     def add(self, g: Group, i: int, node: Any) -> bool:
@@ -513,7 +537,7 @@ class Scheduler:
         keys = [a if isinstance(a, int) else a[0] for a in order]
         if g.contract is None:
             stages = chain.rolling(stages, len(g.outer), g.inner)
-        kernel = ir.Kernel(g.outer, g.inner, stages, [(self.dtypes[k], k in outputs) for k in keys])
+        kernel = split.split_divisions(ir.Kernel(g.outer, g.inner, stages, [(self.dtypes[k], k in outputs) for k in keys]))
         step = KernelStep(kernel, keys, outputs, sorted(members), [g.refs.get(args[a]) for a in order])
         folded = epilogue.fold(self, step)
         if isinstance(folded, str):

@@ -26,16 +26,21 @@ from ..layout import Layout
 from ..ops.lowering import REDUCTIONS, arange_value
 
 Key = int
-LoadAt = Callable[[Any, ir.Affine, tuple[int, int]], ir.Load]  # (storage, index, (node, input)) -> a load
-Recompute = Callable[[ir.Affine, LoadAt], "ir.Expr | None"]
+#: (storage, index, (node, input)) -> a load, or None where the reading group computes that storage itself
+LoadAt = Callable[[Any, ir.Affine, tuple[int, int]], "ir.Load | None"]
+#: (index, the reading group's coordinate extents, load_at) -> the value at that index
+Recompute = Callable[[ir.Affine, Sequence[int], LoadAt], "ir.Expr | None"]
 MAX_OPS = 24
 _NOT_POINTWISE = REDUCTIONS | {"cat", "pad"}
 
 
-def dims_at(shape: Sequence[int], index: ir.Affine) -> list[ir.Expr] | None:
+def dims_at(shape: Sequence[int], index: ir.Affine, extents: Sequence[int]) -> list[ir.Expr] | None:
     """The coordinates, per dim, of element ``index`` of a contiguous array of ``shape``,
-    as int64 expressions of the group's coordinates; None when the index is not a view's
-    (each coefficient a multiple of one dim's stride, within that dim)."""
+    as int64 expressions of the group's coordinates (whose ranges are ``extents``);
+    None when the index is not a view's. Each coefficient is a multiple of one dim's
+    stride; a coordinate that runs past its dim's size walks the dims above it too (a
+    reshape that merged them: ``(4, 8)`` read as ``(32,)``, ``repeat_kv``'s heads), and
+    its coordinate on each of them is a floor division and a remainder."""
     strides = Layout.contiguous(tuple(shape)).strides
     starts, off = [], index.offset
     for n, st in zip(shape, strides):
@@ -43,7 +48,12 @@ def dims_at(shape: Sequence[int], index: ir.Affine) -> list[ir.Expr] | None:
         if q >= max(n, 1):
             return None
         starts.append(q)
+    if index.divs:  # (already a merged view's) only a vector's single dim takes it whole
+        if sum(n > 1 for n in shape) > 1 or not 0 <= index.offset < max(prod(shape), 1):
+            return None
+        return [_flat(index) if n > 1 else ir.Const(0, dt.int64) for n in shape]
     terms: list[list[tuple[int, int]]] = [[] for _ in shape]
+    spans: list[tuple[int, int]] = []  # (coordinate, lowest dim) of the coordinates that walk several dims
     for c, coeff in enumerate(index.coeffs):
         if not coeff:
             continue
@@ -51,7 +61,13 @@ def dims_at(shape: Sequence[int], index: ir.Affine) -> list[ir.Expr] | None:
         if not dims:
             return None
         d = max(dims, key=lambda d: strides[d])
-        terms[d].append((c, coeff // strides[d]))
+        m = coeff // strides[d]
+        if starts[d] + m * (extents[c] - 1) < shape[d]:
+            terms[d].append((c, m))
+        elif m == 1:
+            spans.append((c, d))
+        else:
+            return None
     out: list[ir.Expr] = []
     for start, ts in zip(starts, terms):
         e: ir.Expr | None = ir.Const(start, dt.int64) if start or not ts else None
@@ -62,42 +78,115 @@ def dims_at(shape: Sequence[int], index: ir.Affine) -> list[ir.Expr] | None:
             e = x if e is None else ir.Op("add", (e, x), dt.int64)
         assert e is not None
         out.append(e)
+    for c, d in spans:
+        # the flat position along dims hi..d (in units of dim d's stride), from this
+        # coordinate and the dims' starts; no other coordinate may move those dims
+        hi, span = d, shape[d]
+        flat = starts[d]
+        while flat + extents[c] - 1 >= span:
+            hi -= 1
+            if hi < 0:
+                return None
+            flat += starts[hi] * span
+            span *= shape[hi]
+        if any(terms[j] for j in range(hi, d + 1)) or any(o != c and hi <= e <= d for o, e in spans):
+            return None
+        unit = 1
+        for j in range(d, hi - 1, -1):
+            x = ir.Op("add", (ir.Coord(c, dt.int64), ir.Const(flat, dt.int64)), dt.int64) if flat else ir.Coord(c, dt.int64)
+            if unit != 1:
+                x = ir.Op("floor_divide", (x, ir.Const(unit, dt.int64)), dt.int64)
+            if j != hi:
+                x = ir.Op("remainder", (x, ir.Const(shape[j], dt.int64)), dt.int64)
+            out[j] = x
+            unit *= shape[j]
     return out
+
+
+def _flat(index: ir.Affine) -> ir.Expr:
+    """An index as an int64 expression of the coordinates (divisions included)."""
+    i64 = dt.int64
+    e: ir.Expr = ir.Const(index.offset, i64)
+    for c, m in enumerate(index.coeffs):
+        if m:
+            e = ir.Op("add", (e, ir.Op("mul", (ir.Const(m, i64), ir.Coord(c, i64)), i64)), i64)
+    for c, add, d, m in index.divs:
+        x: ir.Expr = ir.Op("add", (ir.Coord(c, i64), ir.Const(add, i64)), i64) if add else ir.Coord(c, i64)
+        q = ir.Op("floor_divide", (x, ir.Const(d, i64)), i64)
+        e = ir.Op("add", (e, ir.Op("mul", (ir.Const(m, i64), q), i64)), i64)
+    return e
 
 
 def _compose(layout: Layout, dims: list[ir.Expr], ndim: int) -> ir.Affine | None:
     """The flat index an operand layout reads at the node-output coordinates ``dims``."""
     offset, coeffs = layout.offset, [0] * ndim
+    divs: dict[tuple[int, int, int], int] = {}
     for stride, size, e in zip(layout.strides, layout.shape, dims):
         if size == 1 or stride == 0:
             continue
         lin = _linear(e)
         if lin is None:
             return None
-        k0, cs = lin
+        k0, cs, ds = lin
         offset += stride * k0
         for c, m in cs.items():
             coeffs[c] += stride * m
-    return ir.Affine(offset, tuple(coeffs))
+        for key, m in ds.items():
+            divs[key] = divs.get(key, 0) + stride * m
+    return ir.Affine(offset, tuple(coeffs), tuple((c, add, d, m) for (c, add, d), m in divs.items() if m))
 
 
-def _linear(e: ir.Expr) -> tuple[int, dict[int, int]] | None:
-    """``e`` (built by ``dims_at``) as constant + sum m * coord."""
+Linear = tuple[int, dict[int, int], dict[tuple[int, int, int], int]]  # constant, coord -> m, (coord, add, div) -> m
+
+
+def _linear(e: ir.Expr) -> Linear | None:
+    """``e`` (built by ``dims_at``) as constant + sum m * coord + sum m * ((coord + add) // div),
+    a remainder spelled as ``x % n = x - n * (x // n)``."""
     if isinstance(e, ir.Const):
-        return int(e.value), {}
+        return int(e.value), {}, {}
     if isinstance(e, ir.Coord):
-        return 0, {e.dim: 1}
-    if isinstance(e, ir.Op) and e.name == "mul" and isinstance(e.args[0], ir.Const) and isinstance(e.args[1], ir.Coord):
-        return 0, {e.args[1].dim: int(e.args[0].value)}
+        return 0, {e.dim: 1}, {}
+    if isinstance(e, ir.Op) and e.name == "mul" and isinstance(e.args[0], ir.Const):
+        x = _linear(e.args[1])
+        if x is None:
+            return None
+        m = int(e.args[0].value)
+        return m * x[0], {c: m * v for c, v in x[1].items()}, {k: m * v for k, v in x[2].items()}
     if isinstance(e, ir.Op) and e.name == "add":
         a, b = _linear(e.args[0]), _linear(e.args[1])
         if a is None or b is None:
             return None
-        cs = dict(a[1])
-        for c, m in b[1].items():
-            cs[c] = cs.get(c, 0) + m
-        return a[0] + b[0], cs
+        return a[0] + b[0], _sum(a[1], b[1]), _sum(a[2], b[2])
+    if isinstance(e, ir.Op) and e.name in ("floor_divide", "remainder") and isinstance(e.args[1], ir.Const):
+        sc, n = _shifted_coord(e.args[0]), int(e.args[1].value)
+        if sc is None:
+            return None
+        c, add, div = sc
+        if e.name == "floor_divide":
+            return 0, {}, {(c, add, div * n): 1}
+        # (x // div) % n = x // div - n * (x // (div * n)); x // 1 is x itself
+        first: Linear = (add, {c: 1}, {}) if div == 1 else (0, {}, {(c, add, div): 1})
+        return first[0], first[1], _sum(first[2], {(c, add, div * n): -n})
     return None
+
+
+def _shifted_coord(e: ir.Expr) -> tuple[int, int, int] | None:
+    """``(coord + add) // div`` as (coord, add, div), for ``e`` a coordinate, shifted, or divided."""
+    if isinstance(e, ir.Coord):
+        return e.dim, 0, 1
+    if isinstance(e, ir.Op) and e.name == "add" and isinstance(e.args[0], ir.Coord) and isinstance(e.args[1], ir.Const):
+        return e.args[0].dim, int(e.args[1].value), 1
+    if isinstance(e, ir.Op) and e.name == "floor_divide" and isinstance(e.args[1], ir.Const):
+        x = _shifted_coord(e.args[0])
+        return None if x is None else (x[0], x[1], x[2] * int(e.args[1].value))
+    return None
+
+
+def _sum(a: dict[Any, int], b: dict[Any, int]) -> dict[Any, int]:
+    out = dict(a)
+    for k, m in b.items():
+        out[k] = out.get(k, 0) + m
+    return out
 
 
 def find(nodes: Sequence[Any], key: Callable[[Any], Key]) -> dict[Key, Recompute]:
@@ -119,7 +208,9 @@ def find(nodes: Sequence[Any], key: Callable[[Any], Key]) -> dict[Key, Recompute
             out[k], size[k] = _arange(node.attrs, dtype), 3
         elif node.op.lower is not None and node.op.name not in _NOT_POINTWISE and node.inputs:
             ins = [key(i.storage) for i in node.inputs]
-            if not all(i in out or (i not in written and s.storage.array is not None)
+            # A copy costs one load wherever it is read, so it is read through even when its
+            # input is made in the flush (repeat_kv's keys): the view, not a buffer.
+            if not all(i in out or (i not in written and (s.storage.array is not None or node.op.name == "copy"))
                        for i, s in zip(ins, node.inputs)):
                 continue
             n_ops = 1 + sum(size.get(i, 0) for i in ins)
@@ -130,19 +221,19 @@ def find(nodes: Sequence[Any], key: Callable[[Any], Key]) -> dict[Key, Recompute
 
 
 def _full(value: Any, dtype: dt.DType) -> Recompute:
-    return lambda index, load_at: ir.Const(value, dtype)
+    return lambda index, extents, load_at: ir.Const(value, dtype)
 
 
 def _arange(attrs: dict[str, Any], dtype: dt.DType) -> Recompute:
-    def value(index: ir.Affine, load_at: LoadAt) -> ir.Expr | None:
-        dims = dims_at((attrs["shape"][0],), index)
+    def value(index: ir.Affine, extents: Sequence[int], load_at: LoadAt) -> ir.Expr | None:
+        dims = dims_at((attrs["shape"][0],), index, extents)
         return None if dims is None else arange_value(attrs, dtype, dims[0])
     return value
 
 
 def _pointwise(n: int, node: Any, shape: tuple[int, ...], dtype: dt.DType, inputs: list[Recompute | None]) -> Recompute:
-    def value(index: ir.Affine, load_at: LoadAt) -> ir.Expr | None:
-        dims = dims_at(shape, index) if prod(shape) else None
+    def value(index: ir.Affine, extents: Sequence[int], load_at: LoadAt) -> ir.Expr | None:
+        dims = dims_at(shape, index, extents) if prod(shape) else None
         if dims is None:
             return None
         args: list[ir.Expr] = []
@@ -150,7 +241,7 @@ def _pointwise(n: int, node: Any, shape: tuple[int, ...], dtype: dt.DType, input
             at = _compose(o.layout, dims, len(index.coeffs))
             if at is None:
                 return None
-            arg = rec(at, load_at) if rec is not None else load_at(o.storage, at, (n, j))
+            arg = rec(at, extents, load_at) if rec is not None else load_at(o.storage, at, (n, j))
             if arg is None:
                 return None
             args.append(arg)
