@@ -167,3 +167,25 @@ def test_a_quantized_matmul_takes_its_rows_at_run_time(plan_builds: list[bool]) 
         np.testing.assert_array_equal(qembedding(w, braze.tensor(ids.tolist())).numpy(), wf[ids].astype(np.float32))
     if fusion_enabled():
         assert len(plan_builds) == 8 and not any(plan_builds[4:]), plan_builds
+
+
+def test_causal_attention_at_every_prompt_length_compiles_two(monkeypatch: Any, plan_builds: list[bool]) -> None:
+    """Prefill's attention at its first length is specialised, from the second on one
+    generic kernel: its choices by size (one thread or a team, packed key tiles, split-K)
+    are made when it runs, and a stride equal to a length (a 64-wide head against 64
+    keys) is no coincidence that changes its text."""
+    if not fusion_enabled():
+        pytest.skip("the fused executor's kernels")
+    import braze.nn.functional as F
+    monkeypatch.setattr(plan, "_plan_path", lambda key: None)  # render now: compiled objects may be cached
+    rng = np.random.default_rng(2)
+    for n in (8, 16, 64, 96, 384, 40):
+        q = rng.standard_normal((1, 6, n, 64)).astype(np.float32)
+        k, v = (rng.standard_normal((1, 2, n, 64)).astype(np.float32) for _ in range(2))
+        got = F.scaled_dot_product_attention(from_numpy(q), from_numpy(k), from_numpy(v), is_causal=True,
+                                             enable_gqa=True).numpy()
+        kr, vr = np.repeat(k, 3, 1), np.repeat(v, 3, 1)
+        s = q @ kr.transpose(0, 1, 3, 2) / 8.0 + np.triu(np.full((n, n), -np.inf), 1)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        np.testing.assert_allclose(got, (p / p.sum(-1, keepdims=True)) @ vr, atol=2e-5, rtol=0, err_msg=str(n))
+    assert len(plan_builds) == 6 and not any(plan_builds[2:]), plan_builds

@@ -716,13 +716,16 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         return res
 
     out = lines
-    if 2 * n_batch * rows_per_batch * n * (d + e) < PARALLEL_FLOPS:
-        out.append("    nthreads = 1;  /* too little work to pay for waking the team */")
+    # Choices by size are made by the C at run time, so a kernel generic in its sizes
+    # (``codegen/generic.py``) has one text for every prompt length; with literal sizes
+    # the compiler folds them.
+    out.append(f"    if ({2 * n_batch * rows_per_batch * n * (d + e)} < {PARALLEL_FLOPS}) nthreads = 1;"
+               "  /* too little work to pay for waking the team */")
     # Every block of rows of a batch reads the same key and value tiles: with several
     # blocks, pack them all once (transposed keys; values unless read in place), in
     # parallel, before the main loop.
     kn, vn = n_batch * ntiles * d * BK, 0 if ldv is not None else n_batch * ntiles * BK * e
-    out.append(f"    float *kpack = {'0' if blocks < 4 else f'(float *)malloc(sizeof(float) * {kn + vn})'};")
+    out.append(f"    float *kpack = {blocks} < 4 ? 0 : (float *)malloc(sizeof(float) * {kn + vn});")
     # Which tiles are all fill, none or mixed, per (row block, key tile), when the mask
     # is the same for every batch (heads: an (N, N) mask or the causal one): found once,
     # not once per head (0: not yet; several tasks may find it, and they agree).
@@ -747,7 +750,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     # Split-K (decoding: few rows, long rows): when there are fewer tasks than threads,
     # each task's row axis is cut into chunks done in parallel, then combined.
     out.append(f"    int64_t splits = {tasks} < nthreads && {n} >= {4 * BK} ? nthreads : 1;")
-    out.append(f"    if (splits > {max(1, n // (2 * BK))}) splits = {max(1, n // (2 * BK))};")
+    most = f"({n} / {2 * BK} > 1 ? {n} / {2 * BK} : 1)"
+    out.append(f"    if (splits > {most}) splits = {most};")
     out.append(f"    const int64_t chunk = (({n} + splits - 1) / splits + {BK - 1}) / {BK} * {BK};")
     out.append(f"    float *parts = splits > 1 ? (float *)malloc(sizeof(float) * {tasks} * splits * {n_part}) : 0;")
     out.append("    if (splits > 1 && !parts) splits = 1;")

@@ -167,8 +167,13 @@ def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
     def affine(a: ir.Affine, arg: int) -> ir.Affine:
         divs = tuple((c, spelled(add, (arg, a, j, "add")), spelled(d, (arg, a, j, "div")), spelled(m, (arg, a, j, "m")))
                      for j, (c, add, d, m) in enumerate(a.divs))
+        # A chain's matmul operands index one coordinate more than the loops (the head
+        # dim), and skip one of them (queries skip the keys' axis): the extents after a
+        # loop are not their strides, and matching them would be a coincidence (a row
+        # stride of 64 against a 64-token prompt's keys).
+        loops = len(a.coeffs) == len(dims)
         return ir.Affine(spelled(a.offset, (arg, a, -1)),
-                         tuple(spelled(c, (arg, a, i), i) for i, c in enumerate(a.coeffs)), divs)
+                         tuple(spelled(c, (arg, a, i), i if loops else None) for i, c in enumerate(a.coeffs)), divs)
 
     def load(e: ir.Load) -> ir.Load:  # a cat's or pad's range too: where its input lies
         when = tuple((c, spelled(lo, (e.arg, e.index, c, "lo")), spelled(hi, (e.arg, e.index, c, "hi")))
