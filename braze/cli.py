@@ -156,7 +156,9 @@ def _fmt_value(v: Any, limit: int = 80) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from .info import describe, summary_lines
     path = Path(args.file)
+    print("\n".join(summary_lines(describe(path))) + "\n")
     if path.suffix == ".gguf":
         from .io.gguf import GGUFFile
         with GGUFFile(path) as f:
