@@ -10,6 +10,7 @@ Tolerances: float32 through two layers of width 16 against float64: 2e-5 per com
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,14 @@ def test_max_length_defaults_to_the_position_table(tmp_path: Path) -> None:
 def test_unknown_activation_is_a_format_error(tmp_path: Path) -> None:
     root = tb.write_dir(tmp_path / "m", tb.weights(), act="mish_v9")
     with pytest.raises(FormatError, match=r"config\.json.*hidden_act.*mish_v9"):
+        load_embedder(root)
+
+
+def test_relative_positions_are_refused(tmp_path: Path) -> None:
+    root = tb.write_dir(tmp_path / "m", tb.weights())
+    cfg = json.loads((root / "config.json").read_text())
+    (root / "config.json").write_text(json.dumps({**cfg, "position_embedding_type": "relative_key"}))
+    with pytest.raises(Unsupported, match="position_embedding_type 'relative_key'"):
         load_embedder(root)
 
 

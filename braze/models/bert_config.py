@@ -72,6 +72,10 @@ class BertConfig:
         if model_type not in ENCODER_TYPES and "BertModel" not in cfg.get("architectures", []):
             raise Unsupported("bert", f"{path}: model_type {model_type!r} is not a BERT-family encoder "
                                       f"(known: {', '.join(ENCODER_TYPES)})")
+        position_type = cfg.get("position_embedding_type", "absolute")
+        if position_type != "absolute":
+            raise Unsupported("bert", f"{path}: position_embedding_type {position_type!r} is not one braze runs "
+                                      "(absolute)")
         pooling, normalize = _modules(root)
 
         def num(key: str, kind: type, default: Any = None) -> Any:
