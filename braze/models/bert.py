@@ -20,12 +20,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..creation import arange, from_numpy
 from ..dtypes import float32
+from ..functions import cat
 from ..io.weights import GGUFWeights, SafetensorsWeights, WeightBuilder
 from ..nn import Embedding, LayerNorm, Linear, Module, ModuleList
 from ..nn import functional as F
-from ..creation import arange, from_numpy
-from ..functions import cat
 from ..tensor import Tensor
 from .bert_config import BertConfig
 
