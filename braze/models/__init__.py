@@ -116,17 +116,28 @@ def load_llm(path: str | Path | None = None, dequantize: bool = False) -> Loaded
 
 
 def load_embedder(path: str | Path | None = None) -> Loaded:
-    """A BERT embedding model from a directory with config.json, model.safetensors and
-    tokenizer.json (default: all-MiniLM-L6-v2)."""
-    from ..io.safetensors import SafetensorsFile
+    """A BERT-family embedding model and its tokenizer (default: all-MiniLM-L6-v2): a
+    directory with config.json, model.safetensors and tokenizer.json (and the
+    sentence-transformers files that say how to pool), or a GGUF ``bert`` file."""
     from .bert import Bert
     root = Path(path) if path is not None else default_embedder_path()
+    if not root.exists():
+        raise ModelNotFound(f"no such model file or directory: {root}")
+    t0 = time.perf_counter()
+    if root.is_file() and root.suffix == ".gguf":
+        from ..io.gguf import GGUFFile
+        from ..wordpiece import wordpiece_from_gguf
+        f = GGUFFile(root)
+        model = Bert.from_gguf(f)
+        tok = wordpiece_from_gguf(f.metadata, str(root), max_length=model.config.max_length)
+        _release_freed_memory()
+        return Loaded(model, tok, root, time.perf_counter() - t0, f)
+    from ..io.safetensors import SafetensorsFile
     if root.is_file():
         root = root.parent
     weights = root / "model.safetensors"
     if not weights.exists():
         raise ModelNotFound(f"no model.safetensors in {root}")
-    t0 = time.perf_counter()
     st = SafetensorsFile(weights)
     model = Bert.from_dir(root, st)
     tok = Tokenizer.from_file(root / "tokenizer.json", max_length=model.config.max_length)

@@ -1,78 +1,60 @@
-"""BERT encoders (Devlin et al., 2019) for sentence embeddings: MiniLM, BGE.
+"""BERT encoders (Devlin et al., 2019) for sentence embeddings: MiniLM, BGE, RoBERTa, XLM-R.
 
-    x = LayerNorm(word_emb[ids] + pos_emb[0..T) + type_emb[type_ids])
+    x = LayerNorm(word_emb[ids] + pos_emb[offset + 0..T) + type_emb[type_ids])
     repeat n_layers:
         x = LayerNorm(x + Dense(SelfAttention(x, padding mask)))     # post-norm
-        x = LayerNorm(x + Dense(GELU(Dense(x))))
+        x = LayerNorm(x + Dense(act(Dense(x))))
     embedding = Pool(x over unpadded tokens), then L2-normalised if the model says so
 
-The shape comes from Hugging Face's ``config.json``; pooling and normalisation from
-the sentence-transformers files beside it (``1_Pooling/config.json``, ``modules.json``),
-as sentence-transformers itself reads them.
+What the model is (shape, activation, pooling, normalisation, longest input) comes from
+``bert_config.BertConfig``, read from a sentence-transformers directory or a GGUF
+``bert`` file; the weights from the same place, under Hugging Face's or llama.cpp's
+tensor names (``_HF`` and ``_GGUF`` below).
 """
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import FormatError, Unsupported
-from ..io.weights import SafetensorsWeights, WeightBuilder
+from ..creation import arange, from_numpy
+from ..dtypes import float32
+from ..functions import cat
+from ..io.weights import GGUFWeights, SafetensorsWeights, WeightBuilder
 from ..nn import Embedding, LayerNorm, Linear, Module, ModuleList
 from ..nn import functional as F
-from ..creation import arange, from_numpy
 from ..tensor import Tensor
+from .bert_config import BertConfig
+
+# Tensor names: (embeddings and their norm, per-layer prefix, per-layer tensors).
+_HF = {
+    "word": "embeddings.word_embeddings", "pos": "embeddings.position_embeddings",
+    "types": "embeddings.token_type_embeddings", "emb_norm": "embeddings.LayerNorm", "layer": "encoder.layer.{i}",
+    "q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
+    "o": "attention.output.dense", "attn_norm": "attention.output.LayerNorm",
+    "up": "intermediate.dense", "down": "output.dense", "out_norm": "output.LayerNorm",
+}
+_GGUF = {
+    "word": "token_embd", "pos": "position_embd", "types": "token_types", "emb_norm": "token_embd_norm",
+    "layer": "blk.{i}", "q": "attn_q", "k": "attn_k", "v": "attn_v", "o": "attn_output",
+    "attn_norm": "attn_output_norm", "up": "ffn_up", "down": "ffn_down", "out_norm": "layer_output_norm",
+}
+_HF_PREFIXES = ("", "bert.", "roberta.", "model.")
 
 
-@dataclass(frozen=True)
-class BertConfig:
-    vocab_size: int
-    dim: int
-    n_layers: int
-    n_heads: int
-    hidden_dim: int
-    max_positions: int
-    type_vocab_size: int
-    norm_eps: float
-    act: str
-    pooling: str  # "mean", "cls" or "max"
-    normalize: bool
-    max_length: int
-
-    @classmethod
-    def from_dir(cls, root: Path) -> "BertConfig":
-        path = root / "config.json"
-        try:
-            cfg = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            raise FormatError(str(path), "config.json", None, f"cannot read the model config: {e}") from None
-        if cfg.get("model_type", "bert") not in ("bert", "xlm-roberta", "roberta") and "BertModel" not in cfg.get("architectures", []):
-            raise Unsupported("bert", f"{path}: model_type {cfg.get('model_type')!r} is not a BERT encoder")
-        pooling = "mean"
-        pool_cfg = root / "1_Pooling" / "config.json"
-        if pool_cfg.exists():
-            p = json.loads(pool_cfg.read_text())
-            pooling = "cls" if p.get("pooling_mode_cls_token") else "max" if p.get("pooling_mode_max_tokens") else "mean"
-        modules = root / "modules.json"
-        normalize = modules.exists() and any(m.get("type", "").endswith("Normalize") for m in json.loads(modules.read_text()))
-        st_cfg = root / "sentence_bert_config.json"
-        max_length = json.loads(st_cfg.read_text()).get("max_seq_length", 512) if st_cfg.exists() else 512
-        try:
-            return cls(
-                vocab_size=int(cfg["vocab_size"]), dim=int(cfg["hidden_size"]),
-                n_layers=int(cfg["num_hidden_layers"]), n_heads=int(cfg["num_attention_heads"]),
-                hidden_dim=int(cfg["intermediate_size"]), max_positions=int(cfg["max_position_embeddings"]),
-                type_vocab_size=int(cfg.get("type_vocab_size", 2)), norm_eps=float(cfg.get("layer_norm_eps", 1e-12)),
-                act=str(cfg.get("hidden_act", "gelu")), pooling=pooling, normalize=normalize,
-                max_length=min(int(max_length), int(cfg["max_position_embeddings"])),
-            )
-        except KeyError as e:
-            raise FormatError(str(path), e.args[0], None, "required config key is missing") from None
+def activation(name: str, h: Tensor) -> Tensor:
+    """``BertConfig.act`` applied (the names ``bert_config.ACTIVATIONS`` maps to)."""
+    if name == "gelu":
+        return F.gelu(h)
+    if name == "gelu_tanh":
+        return F.gelu(h, approximate="tanh")
+    if name == "relu":
+        return h.relu()
+    assert name == "silu", name
+    return h.silu()
 
 
 class SelfAttention(Module):
@@ -100,9 +82,29 @@ class Layer(Module):
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         x = self.attn_norm(x + self.attn(x, mask))
-        h = self.up(x)
-        h = F.gelu(h, approximate="tanh") if self.act in ("gelu_new", "gelu_pytorch_tanh") else F.gelu(h)
-        return self.out_norm(x + self.down(h))
+        return self.out_norm(x + self.down(activation(self.act, self.up(x))))
+
+
+def pool(mode: str, hidden: Tensor, attention_mask: Tensor) -> Tensor:
+    """One sentence-transformers pooling mode: (B, T, D) hidden states and a 0/1 mask
+    (B, T) of right-padded rows -> (B, D)."""
+    if mode == "cls":
+        return hidden[:, 0]
+    m = attention_mask.to(hidden.dtype).unsqueeze(-1)
+    if mode == "max":
+        return hidden.masked_fill(m == 0, -math.inf).amax(1)
+    count = m.sum(1).clamp(min=1e-9)
+    if mode == "mean":
+        return (hidden * m).sum(1) / count
+    if mode == "mean_sqrt_len":
+        return (hidden * m).sum(1) / count.sqrt()
+    t = hidden.shape[1]
+    if mode == "weightedmean":  # token i weighs i + 1
+        w = m * (arange(t, dtype=hidden.dtype) + 1).reshape(1, t, 1)
+        return (hidden * w).sum(1) / w.sum(1).clamp(min=1e-9)
+    assert mode == "lasttoken", mode
+    last = (arange(t, dtype=hidden.dtype).reshape(1, t, 1) == (m.sum(1, keepdim=True) - 1)).to(hidden.dtype)
+    return (hidden * last).sum(1)
 
 
 class Bert(Module):
@@ -114,10 +116,11 @@ class Bert(Module):
         self.layers = ModuleList(layers)
 
     def forward(self, ids: Tensor, attention_mask: Tensor, type_ids: Tensor | None = None) -> Tensor:
-        """Hidden states (B, T, dim) for token ids (B, T) and a 0/1 mask (B, T)."""
+        """Hidden states (B, T, dim) for token ids (B, T), right-padded, and a 0/1 mask (B, T)."""
         b, t = ids.dims2()
-        x = self.word(ids) + self.pos(arange(t).unsqueeze(0))
-        x = x + self.types(type_ids if type_ids is not None else ids * 0)
+        positions = arange(self.config.position_offset, self.config.position_offset + t).unsqueeze(0)
+        x = self.word(ids, dtype=float32) + self.pos(positions, dtype=float32)
+        x = x + self.types(type_ids if type_ids is not None else ids * 0, dtype=float32)
         x = self.emb_norm(x)
         keep = (attention_mask != 0).reshape(b, 1, 1, t)
         for layer in self.layers:
@@ -125,59 +128,60 @@ class Bert(Module):
         return x
 
     def pool(self, hidden: Tensor, attention_mask: Tensor) -> Tensor:
-        """Sentence vectors from hidden states, as configured (mean over real tokens by default)."""
-        if self.config.pooling == "cls":
-            out = hidden[:, 0]
-        else:
-            m = attention_mask.to(hidden.dtype).unsqueeze(-1)
-            if self.config.pooling == "max":
-                out = hidden.masked_fill(m == 0, -math.inf).amax(1)
-            else:
-                out = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+        """Sentence vectors from hidden states, as configured: each pooling mode, concatenated."""
+        parts = [pool(mode, hidden, attention_mask) for mode in self.config.pooling]
+        out = parts[0] if len(parts) == 1 else cat(parts, -1)
         return F.normalize(out, -1) if self.config.normalize else out
 
     def embed(self, ids: np.ndarray, attention_mask: np.ndarray, type_ids: np.ndarray | None = None) -> np.ndarray:
-        """Embeddings (B, dim) as numpy, from padded id and mask arrays."""
+        """Embeddings (B, output_dim) as numpy, from padded id and mask arrays."""
         ids_t, mask_t = from_numpy(np.ascontiguousarray(ids, np.int64)), from_numpy(np.ascontiguousarray(attention_mask, np.int64))
         types_t = from_numpy(np.ascontiguousarray(type_ids, np.int64)) if type_ids is not None else None
         return self.pool(self(ids_t, mask_t, types_t), mask_t).numpy()
 
     @classmethod
     def from_dir(cls, root: str | Path, st: Any) -> "Bert":
-        """Build from a model directory (config.json beside the weights) and an open
-        ``braze.io.SafetensorsFile``. Tensor names may carry a ``bert.`` prefix."""
-        root = Path(root)
-        c = BertConfig.from_dir(root)
+        """Build from a model directory (config.json and the sentence-transformers files
+        beside the weights) and an open ``braze.io.SafetensorsFile``. Tensor names may
+        carry a ``bert.``/``roberta.``/``model.`` prefix."""
+        c = BertConfig.from_dir(Path(root))
         vb = WeightBuilder(SafetensorsWeights(st))
-        if vb.contains("bert.embeddings.word_embeddings.weight"):
-            vb = vb.pp("bert")
+        prefix = next((p for p in _HF_PREFIXES if vb.contains(f"{p}{_HF['word']}.weight")), "")
+        return cls._build(c, vb.pp(prefix.rstrip(".")) if prefix else vb, _HF)
 
+    @classmethod
+    def from_gguf(cls, gguf: Any, progress: Callable[[str], None] | None = None) -> "Bert":
+        """Build from an open ``braze.io.GGUFFile`` of architecture ``bert`` (llama.cpp's
+        names); quantized and half matrices stay in their type, as in ``Llama``."""
+        vb = WeightBuilder(GGUFWeights(gguf), on_load=progress)
+        word = gguf.tensors.get("token_embd.weight")
+        c = BertConfig.from_gguf(str(gguf.path), gguf.metadata, word.shape[0] if word is not None else None)
+        return cls._build(c, vb, _GGUF)
+
+    @classmethod
+    def _build(cls, c: BertConfig, vb: WeightBuilder, names: dict[str, str]) -> "Bert":
         def linear(b: WeightBuilder, n_in: int, n_out: int) -> Linear:
             return Linear.from_weights(b.get("weight", (n_out, n_in)), b.get("bias", (n_out,)))
 
         def norm(b: WeightBuilder) -> LayerNorm:
             return LayerNorm.from_weights(b.get("weight", (c.dim,)), b.get("bias", (c.dim,)), c.norm_eps)
 
-        e = vb.pp("embeddings")
+        def embedding(name: str, rows: int) -> Embedding:
+            return Embedding.from_weights(vb.pp(names[name]).get("weight", (rows, c.dim)))
+
         layers = []
         for i in range(c.n_layers):
-            b = vb.pp("encoder").pp("layer").pp(i)
-            s = b.pp("attention").pp("self")
-            attn = SelfAttention(linear(s.pp("query"), c.dim, c.dim), linear(s.pp("key"), c.dim, c.dim),
-                                 linear(s.pp("value"), c.dim, c.dim),
-                                 linear(b.pp("attention").pp("output").pp("dense"), c.dim, c.dim), c.n_heads)
-            layers.append(Layer(attn, norm(b.pp("attention").pp("output").pp("LayerNorm")),
-                                linear(b.pp("intermediate").pp("dense"), c.dim, c.hidden_dim),
-                                linear(b.pp("output").pp("dense"), c.hidden_dim, c.dim),
-                                norm(b.pp("output").pp("LayerNorm")), c.act))
-        return cls(c, Embedding.from_weights(e.get("word_embeddings.weight", (c.vocab_size, c.dim))),
-                   Embedding.from_weights(e.get("position_embeddings.weight", (c.max_positions, c.dim))),
-                   Embedding.from_weights(e.get("token_type_embeddings.weight", (c.type_vocab_size, c.dim))),
-                   norm(e.pp("LayerNorm")), layers)
+            b = vb.pp(names["layer"].format(i=i))
+            attn = SelfAttention(linear(b.pp(names["q"]), c.dim, c.dim), linear(b.pp(names["k"]), c.dim, c.dim),
+                                 linear(b.pp(names["v"]), c.dim, c.dim), linear(b.pp(names["o"]), c.dim, c.dim),
+                                 c.n_heads)
+            layers.append(Layer(attn, norm(b.pp(names["attn_norm"])), linear(b.pp(names["up"]), c.dim, c.hidden_dim),
+                                linear(b.pp(names["down"]), c.hidden_dim, c.dim), norm(b.pp(names["out_norm"])), c.act))
+        return cls(c, embedding("word", c.vocab_size), embedding("pos", c.max_positions),
+                   embedding("types", c.type_vocab_size), norm(vb.pp(names["emb_norm"])), layers)
 
 
 def cosine_matrix(vectors: np.ndarray) -> np.ndarray:
     """Pairwise cosine similarity of row vectors."""
     v = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
     return v @ v.T
-
