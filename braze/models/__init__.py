@@ -131,6 +131,8 @@ def load_llm(path: str | Path | None = None, dequantize: bool = False) -> Loaded
         f.close()
         raise
     tok = Tokenizer.from_gguf_metadata(f.metadata)
+    if not tok.chat_template and cls.CHAT_TEMPLATE:
+        tok.chat_template = cls.CHAT_TEMPLATE
     with _Progress(len(f.tensors), f"loading {p.name}") as bar:
         model = cls.from_gguf(f, progress=lambda name: bar.update(), dequantize=dequantize)
     _release_freed_memory()

@@ -38,6 +38,17 @@ from .qwen3 import head_norms
 LOCAL_ROPE_BASE = 10000.0
 GLOBAL_EVERY = 6
 
+# Gemma's turns, for files that carry no template (the 270M Q4_K_M on PyPI has none):
+# a system message joins the first user turn; the assistant is "model". No BOS here:
+# encoding the prompt adds it.
+CHAT_TEMPLATE = (
+    "{% set ns = namespace(system='') %}{% for m in messages %}"
+    "{% if m['role'] == 'system' %}{% set ns.system = m['content'] + '\n\n' %}"
+    "{% else %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n"
+    "{% if m['role'] == 'user' %}{{ ns.system }}{% set ns.system = '' %}{% endif %}"
+    "{{ m['content'] | trim }}<end_of_turn>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+
 
 @dataclass(frozen=True)
 class Gemma3Config(LlamaConfig):
@@ -84,6 +95,7 @@ class Gemma3(Llama):
     ARCHS = ("gemma3",)
     Config = Gemma3Config
     MLP = GeGLU
+    CHAT_TEMPLATE = CHAT_TEMPLATE
 
     def embed_tokens(self, ids: Tensor) -> Tensor:
         return super().embed_tokens(ids) * math.sqrt(self.config.dim)

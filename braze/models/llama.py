@@ -120,6 +120,7 @@ class Llama(Module):
     ARCHS: tuple[str, ...] = ("llama", "mistral", "qwen2")
     Config: type[LlamaConfig] = LlamaConfig
     MLP: type[SwiGLU] = SwiGLU  # the gated MLP: silu, or Gemma's gelu
+    CHAT_TEMPLATE: str | None = None  # the family's turn format, for files without tokenizer.chat_template
 
     def __init__(self, config: LlamaConfig, embed: Embedding, blocks: list[Module], norm: RMSNorm,
                  output: Linear) -> None:
