@@ -152,3 +152,19 @@ def test_unknown_architecture_is_refused_before_any_tensor_is_read(tmp_path: Pat
     monkeypatch.setattr(GGUFFile, "raw", no_reads)
     with pytest.raises(Unsupported, match=r"x.gguf: braze cannot run architecture 'gptj2'.*gemma3.*phi3.*qwen3"):
         load_llm(path)
+
+
+def test_bad_metadata_is_a_format_error_naming_the_file_and_key(tmp_path: Path) -> None:
+    from braze.errors import FormatError
+    spec = replace(next(s for s in SPECS if s.name == "gemma3"), meta={"attention.sliding_window_pattern": "six"})
+    path = tmp_path / "bad.gguf"
+    write(spec, path)
+    with pytest.raises(FormatError, match=r"bad.gguf.*gemma3.attention.sliding_window_pattern.*expected int"):
+        load_llm(path)
+
+
+def test_a_zero_sliding_window_means_none(tmp_path: Path) -> None:
+    path = tmp_path / "w0.gguf"
+    write(Spec("w0", "llama", interleaved=True, meta={"attention.sliding_window": 0}), path)
+    model = load_llm(path).model
+    assert model.config.sliding_window is None and model.blocks[0].attn.window is None

@@ -70,7 +70,8 @@ class LlamaConfig:
         if scaling not in ("none", "linear"):
             raise Unsupported("llama", f"{m.path}: rope scaling {scaling!r} is not supported (none, linear)")
         ctx = m.int("context_length", 2048)
-        window = m.int("attention.sliding_window", None) if m.arch in ("llama", "mistral", "phi3") else None
+        has_window = m.arch in ("llama", "mistral", "phi3") and m.get("attention.sliding_window", 0) != 0  # 0: none
+        window = m.int("attention.sliding_window") if has_window else None
         return dict(
             arch=m.arch,
             vocab_size=vocab_size,
