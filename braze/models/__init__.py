@@ -98,19 +98,43 @@ def _release_freed_memory() -> None:
     trim(0)
 
 
+# GGUF ``general.architecture`` -> the module and class of its model file.
+LLM_ARCHITECTURES = {
+    "llama": ("llama", "Llama"), "mistral": ("llama", "Llama"), "qwen2": ("llama", "Llama"),
+    "qwen3": ("qwen3", "Qwen3"), "phi3": ("phi3", "Phi3"), "gemma3": ("gemma3", "Gemma3"),
+}
+
+
+def llm_class(arch: Any, path: str | Path = "<file>") -> Any:
+    """The model class for a GGUF architecture name; ``Unsupported`` at once for others."""
+    from ..errors import Unsupported
+    if arch not in LLM_ARCHITECTURES:
+        raise Unsupported("load_llm", f"{path}: braze cannot run architecture {arch!r} "
+                                      f"(general.architecture); it runs {', '.join(sorted(LLM_ARCHITECTURES))}")
+    module, name = LLM_ARCHITECTURES[arch]
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
 def load_llm(path: str | Path | None = None, dequantize: bool = False) -> Loaded:
-    """A Llama-family model and its tokenizer from a GGUF file (default: SmolLM2);
-    ``dequantize`` loads every weight as float32 instead of in its file's type."""
+    """A decoder model (``LLM_ARCHITECTURES``) and its tokenizer from a GGUF file
+    (default: SmolLM2); ``dequantize`` loads every weight as float32 instead of in its
+    file's type. The architecture is checked before anything else is read."""
     from ..io.gguf import GGUFFile
-    from .llama import Llama
     p = Path(path) if path is not None else default_llm_path()
     if not p.exists():
         raise ModelNotFound(f"no such model file: {p}")
     t0 = time.perf_counter()
     f = GGUFFile(p)
+    try:
+        cls = llm_class(f.metadata.get("general.architecture"), p)
+    except BaseException:
+        f.close()
+        raise
     tok = Tokenizer.from_gguf_metadata(f.metadata)
+    if not tok.chat_template and cls.CHAT_TEMPLATE:
+        tok.chat_template = cls.CHAT_TEMPLATE
     with _Progress(len(f.tensors), f"loading {p.name}") as bar:
-        model = Llama.from_gguf(f, progress=lambda name: bar.update(), dequantize=dequantize)
+        model = cls.from_gguf(f, progress=lambda name: bar.update(), dequantize=dequantize)
     _release_freed_memory()
     return Loaded(model, tok, p, time.perf_counter() - t0, f)
 

@@ -1,8 +1,8 @@
 """Neural-network modules for inference, PyTorch-shaped."""
 
 from . import functional
-from .layers import Attention, Embedding, KVCache, LayerNorm, Linear, RMSNorm, RotaryEmbedding, SwiGLU
+from .layers import Attention, Embedding, GeGLU, KVCache, LayerNorm, Linear, RMSNorm, RotaryEmbedding, SwiGLU
 from .module import Module, ModuleList
 
 __all__ = ["functional", "Module", "ModuleList", "Linear", "Embedding", "RMSNorm", "LayerNorm",
-           "RotaryEmbedding", "SwiGLU", "Attention", "KVCache"]
+           "RotaryEmbedding", "SwiGLU", "GeGLU", "Attention", "KVCache"]

@@ -85,24 +85,31 @@ def repeat_kv(x: Tensor, groups: int) -> Tensor:
     return x.unsqueeze(-3).expand(*lead, kv, groups, s, d).reshape(*lead, kv * groups, s, d)
 
 
-def causal_mask(q_len: int, kv_len: int, offset: int | None = None) -> Tensor:
-    """Bool (q_len, kv_len) mask, True where query i may see key j: ``j <= i + offset``.
+def causal_mask(q_len: int, kv_len: int, offset: int | None = None, window: int | None = None) -> Tensor:
+    """Bool (q_len, kv_len) mask, True where query i may see key j: ``j <= i + offset``,
+    and with a sliding ``window`` (Mistral, Gemma 3's local layers) only the last
+    ``window`` keys up to it: ``i + offset - j < window``.
 
     ``offset`` defaults to ``kv_len - q_len`` (queries are the last positions), which is
-    what decoding with a KV cache needs."""
+    what decoding with a KV cache needs. The mask is index arithmetic only, so a fused
+    attention kernel recomputes it where it reads it: it never exists in memory."""
     off = kv_len - q_len if offset is None else offset
-    return arange(kv_len).unsqueeze(0) <= (arange(q_len) + off).unsqueeze(1)
+    j, i = arange(kv_len).unsqueeze(0), (arange(q_len) + off).unsqueeze(1)
+    seen = j <= i
+    return seen if window is None else seen & (j > i - window)
 
 
 @jit
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
-                                 enable_gqa: bool = False) -> Tensor:
+                                 enable_gqa: bool = False, softcap: float | None = None) -> Tensor:
     """``softmax(q @ k^T * scale + mask) @ v``, as ``torch.nn.functional.scaled_dot_product_attention``.
 
     ``attn_mask`` is bool (True = attend) or additive float; ``is_causal`` masks with
     the top-left aligned lower triangle, as PyTorch does; ``enable_gqa`` shares KV heads
-    among query heads. Dropout is a training feature and must be 0.
+    among query heads. ``softcap`` caps the scores smoothly at +-softcap before the
+    mask, ``tanh(s / softcap) * softcap`` (Gemma 2's attention logit soft-capping).
+    Dropout is a training feature and must be 0.
     """
     if dropout_p:
         raise ShapeMismatch("scaled_dot_product_attention", [query.shape], "dropout is not supported in inference")
@@ -136,6 +143,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
             full = broadcast_shapes("scaled_dot_product_attention", attn_mask.shape, (*lead, hq, q_len, key.shape[-2]))
             attn_mask = attn_mask.expand(*full).reshape(*full[:-3], hk, *rows, full[-1])
     scores = (query @ key.mT) * scale
+    if softcap is not None:
+        scores = (scores / softcap).tanh() * softcap
     if is_causal:
         scores = scores.masked_fill(causal_mask(q_len, key.shape[-2], 0).logical_not(), -math.inf)
     if attn_mask is not None:

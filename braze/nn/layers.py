@@ -113,18 +113,24 @@ class RotaryEmbedding(Module):
     Two layouts pair the channels differently: *interleaved* rotates (x0, x1), (x2, x3),
     ... (the original, and llama.cpp's layout for Llama GGUF files); *half-split*
     rotates (x_i, x_{i+d/2}) (GPT-NeoX, Hugging Face Llama, Qwen2). ``freq_factors``
-    divide each theta (Llama 3's long-context scaling, stored as ``rope_freqs``);
-    ``linear_scale`` divides positions (linear RoPE scaling).
+    divide each theta (Llama 3's long-context scaling, stored as ``rope_freqs``; Phi-3's
+    LongRoPE short factors); ``linear_scale`` divides positions (linear RoPE scaling).
+    LongRoPE (Phi-3) also gives ``long_factors`` for the positions from
+    ``original_positions`` on, and ``mscale`` multiplies cos and sin (its attention
+    factor, so q and k each carry it).
     """
 
     def __init__(self, dim: int, max_positions: int, base: float = 10000.0, interleaved: bool = False,
-                 linear_scale: float = 1.0, freq_factors: np.ndarray | None = None) -> None:
+                 linear_scale: float = 1.0, freq_factors: np.ndarray | None = None, mscale: float = 1.0,
+                 long_factors: np.ndarray | None = None, original_positions: int | None = None) -> None:
         super().__init__()
         self.dim, self.interleaved, self.max_positions = dim, interleaved, max_positions
-        inv_freq = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
-        if freq_factors is not None:
-            inv_freq = inv_freq / np.asarray(freq_factors, dtype=np.float64)
-        self.inv_freq, self.linear_scale = inv_freq, linear_scale
+        base_freq = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+        inv_freq = base_freq if freq_factors is None else base_freq / np.asarray(freq_factors, dtype=np.float64)
+        self.inv_freq, self.linear_scale, self.mscale = inv_freq, linear_scale, mscale
+        self.long: tuple[int, np.ndarray] | None = None
+        if long_factors is not None and original_positions is not None:
+            self.long = (original_positions, base_freq / np.asarray(long_factors, dtype=np.float64))
         self.reserve(min(max_positions, self.MIN_ROWS))
 
     # The tables grow with the positions asked for (a KV cache reserves its length),
@@ -139,9 +145,13 @@ class RotaryEmbedding(Module):
         if positions <= have:
             return
         rows = min(self.max_positions, max(positions, 2 * have, self.MIN_ROWS))
-        angles = np.outer(np.arange(rows, dtype=np.float64) / self.linear_scale, self.inv_freq)
-        self.register_buffer("cos", from_numpy(np.cos(angles).astype(np.float32)), persistent=False)
-        self.register_buffer("sin", from_numpy(np.sin(angles).astype(np.float32)), persistent=False)
+        pos = np.arange(rows, dtype=np.float64) / self.linear_scale
+        angles = np.outer(pos, self.inv_freq)
+        if self.long is not None:
+            start, long_freq = self.long
+            angles[start:] = np.outer(pos[start:], long_freq)
+        self.register_buffer("cos", from_numpy((np.cos(angles) * self.mscale).astype(np.float32)), persistent=False)
+        self.register_buffer("sin", from_numpy((np.sin(angles) * self.mscale).astype(np.float32)), persistent=False)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """Rotate ``x`` of shape (..., T, dim) for positions offset..offset+T-1."""
@@ -183,6 +193,14 @@ class SwiGLU(Module):
         return self.down(F.silu(self.gate(x)) * self.up(x))
 
 
+class GeGLU(SwiGLU):
+    """The gated MLP with GELU (tanh form) for the gate (Shazeer, 2020; Gemma):
+    ``down(gelu_tanh(gate(x)) * up(x))``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(F.gelu(self.gate(x), approximate="tanh") * self.up(x))
+
+
 class KVCache:
     """Keys and values of past positions, preallocated to the context length and
     written in place (a slice assignment, no reallocation per token)."""
@@ -211,7 +229,14 @@ class KVCache:
 
 class Attention(Module):
     """Multi-head attention with grouped KV heads (Ainslie et al., GQA) and rotary
-    positions, over ``scaled_dot_product_attention``."""
+    positions, over ``scaled_dot_product_attention``.
+
+    Options of later models, each ordinary tensor code the attention kernel fuses:
+    ``q_norm``/``k_norm`` normalise each head's queries and keys before the rotation
+    (QK norm: Qwen3, Gemma 3); ``window`` lets a query see only the last ``window``
+    positions up to its own (sliding-window attention: Mistral, Gemma 3's local
+    layers); ``softcap`` caps the scores with ``tanh`` (Gemma 2); ``scale`` replaces
+    ``1 / sqrt(head_dim)``."""
 
     def __init__(self, dim: int, heads: int, kv_heads: int, head_dim: int | None = None, bias: bool = False,
                  rotary: RotaryEmbedding | None = None) -> None:
@@ -223,15 +248,24 @@ class Attention(Module):
         self.v = Linear(dim, kv_heads * self.head_dim, bias)
         self.o = Linear(heads * self.head_dim, dim, False)
         object.__setattr__(self, "rotary", rotary)  # shared by all layers: not a submodule
+        self.q_norm: Module | None = None
+        self.k_norm: Module | None = None
+        self.window: int | None = None
+        self.softcap: float | None = None
+        self.scale: float | None = None
 
     @classmethod
     def from_layers(cls, q: Linear, k: Linear, v: Linear, o: Linear, heads: int, kv_heads: int,
-                    rotary: RotaryEmbedding | None) -> "Attention":
+                    rotary: RotaryEmbedding | None, q_norm: Module | None = None, k_norm: Module | None = None,
+                    window: int | None = None, softcap: float | None = None,
+                    scale: float | None = None) -> "Attention":
         self = _bare(cls)
         self.heads, self.kv_heads = heads, kv_heads
         self.head_dim = q.out_features // heads
         self.q, self.k, self.v, self.o = q, k, v, o
         object.__setattr__(self, "rotary", rotary)
+        self.q_norm, self.k_norm = q_norm, k_norm
+        self.window, self.softcap, self.scale = window, softcap, scale
         return self
 
     def forward(self, x: Tensor, cache: KVCache | None = None, mask: Tensor | None = None) -> Tensor:
@@ -239,6 +273,10 @@ class Attention(Module):
         q = self.q(x).reshape(b, t, self.heads, self.head_dim).transpose(1, 2)
         k = self.k(x).reshape(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v(x).reshape(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        if self.k_norm is not None:
+            k = self.k_norm(k)
         offset = cache.length if cache is not None else 0
         if self.rotary is not None:
             q, k = self.rotary(q, offset), self.rotary(k, offset)
@@ -251,10 +289,14 @@ class Attention(Module):
                 # fused plan; the mask is coordinate arithmetic in the attention kernel,
                 # whose tiles past the position are skipped.
                 k, v = cache.k, cache.v
-                mask = arange(cache.max_len).unsqueeze(0) < cache.length
-        if mask is None and t > 1:
-            mask = F.causal_mask(t, k.shape[-2])
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+                j = arange(cache.max_len).unsqueeze(0)
+                mask = j < cache.length
+                if self.window is not None:  # the query is at position length - 1
+                    mask = mask & (j >= cache.length - self.window)
+        if mask is None and (t > 1 or self.window is not None):
+            mask = F.causal_mask(t, k.shape[-2], window=self.window)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True, softcap=self.softcap,
+                                             scale=self.scale)
         return self.o(out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
 
 
