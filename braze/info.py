@@ -89,9 +89,9 @@ def _gguf_verdict(path: str, meta: Any, tensors: Any) -> tuple[bool, str]:
                 return False, f"no: a BERT model needs a WordPiece tokenizer ('bert'), this file has {tokenizer!r}"
             return True, (f"yes, with braze embed ({'+'.join(c.pooling)} pooling, normalized, "
                           f"{c.output_dim}-d vectors, up to {c.max_length} tokens)")
-        from .models.llama import LlamaConfig
+        from .models import llm_class
         embd = tensors.get("token_embd.weight")
-        c2 = LlamaConfig.from_gguf(path, meta, embd.shape[0] if embd is not None else 0)
+        c2 = llm_class(arch, path).Config.from_gguf(path, meta, embd.shape[0] if embd is not None else 0)
         if tokenizer not in LLM_TOKENIZERS:
             return False, (f"no: tokenizer model {tokenizer!r} (braze reads {', '.join(LLM_TOKENIZERS)})"
                            if tokenizer is not None else "no: the file has no tokenizer (tokenizer.ggml.model)")

