@@ -104,13 +104,13 @@ def load_llm(path: str | Path | None = None, dequantize: bool = False) -> Loaded
     from ..io.gguf import GGUFFile
     from .llama import Llama
     p = Path(path) if path is not None else default_llm_path()
-    if not p.exists():
-        raise ModelNotFound(f"no such model file: {p}")
+    if not p.is_file():
+        raise ModelNotFound(f"no such model file: {p}" + (" (it is a directory)" if p.is_dir() else ""))
     t0 = time.perf_counter()
     f = GGUFFile(p)
-    tok = Tokenizer.from_gguf_metadata(f.metadata)
-    with _Progress(len(f.tensors), f"loading {p.name}") as bar:
+    with _Progress(len(f.tensors), f"loading {p.name}") as bar:  # checks the metadata first
         model = Llama.from_gguf(f, progress=lambda name: bar.update(), dequantize=dequantize)
+    tok = Tokenizer.from_gguf_metadata(f.metadata)
     _release_freed_memory()
     return Loaded(model, tok, p, time.perf_counter() - t0, f)
 
@@ -123,9 +123,11 @@ def load_embedder(path: str | Path | None = None) -> Loaded:
     root = Path(path) if path is not None else default_embedder_path()
     if root.is_file():
         root = root.parent
+    if not root.is_dir():
+        raise ModelNotFound(f"no such model directory: {root}")
     weights = root / "model.safetensors"
-    if not weights.exists():
-        raise ModelNotFound(f"no model.safetensors in {root}")
+    if not weights.is_file():
+        raise ModelNotFound(f"no model.safetensors file in {root}")
     t0 = time.perf_counter()
     st = SafetensorsFile(weights)
     model = Bert.from_dir(root, st)

@@ -13,7 +13,6 @@ as sentence-transformers itself reads them.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FormatError, Unsupported
+from ..errors import FormatError, Unsupported, _short
+from ..io.validate import Fields, read_json
 from ..io.weights import SafetensorsWeights, WeightBuilder
 from ..nn import Embedding, LayerNorm, Linear, Module, ModuleList
 from ..nn import functional as F
@@ -45,33 +45,46 @@ class BertConfig:
 
     @classmethod
     def from_dir(cls, root: Path) -> "BertConfig":
+        """The config from a model directory's JSON files, every field checked."""
         path = root / "config.json"
-        try:
-            cfg = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            raise FormatError(str(path), "config.json", None, f"cannot read the model config: {e}") from None
-        if cfg.get("model_type", "bert") not in ("bert", "xlm-roberta", "roberta") and "BertModel" not in cfg.get("architectures", []):
-            raise Unsupported("bert", f"{path}: model_type {cfg.get('model_type')!r} is not a BERT encoder")
+        cfg = read_json(path)
+        f = Fields(path, cfg)
+        model_type = cfg.get("model_type", "bert")
+        archs = cfg.get("architectures", [])
+        if model_type not in ("bert", "xlm-roberta", "roberta") and not (isinstance(archs, list) and "BertModel" in archs):
+            raise Unsupported("bert", f"{path}: model_type {_short(model_type)} is not a BERT encoder")
         pooling = "mean"
         pool_cfg = root / "1_Pooling" / "config.json"
         if pool_cfg.exists():
-            p = json.loads(pool_cfg.read_text())
-            pooling = "cls" if p.get("pooling_mode_cls_token") else "max" if p.get("pooling_mode_max_tokens") else "mean"
+            p = Fields(pool_cfg, read_json(pool_cfg))
+            pooling = ("cls" if p.flag("pooling_mode_cls_token", False)
+                       else "max" if p.flag("pooling_mode_max_tokens", False) else "mean")
         modules = root / "modules.json"
-        normalize = modules.exists() and any(m.get("type", "").endswith("Normalize") for m in json.loads(modules.read_text()))
+        normalize = False
+        if modules.exists():
+            listed = read_json(modules, list)
+            for i, m in enumerate(listed):
+                if not isinstance(m, dict):
+                    raise FormatError(str(modules), f"[{i}]", None, "each module must be a JSON object", value=m)
+                normalize |= Fields(modules, m, f"[{i}].").text("type", "").endswith("Normalize")
         st_cfg = root / "sentence_bert_config.json"
-        max_length = json.loads(st_cfg.read_text()).get("max_seq_length", 512) if st_cfg.exists() else 512
-        try:
-            return cls(
-                vocab_size=int(cfg["vocab_size"]), dim=int(cfg["hidden_size"]),
-                n_layers=int(cfg["num_hidden_layers"]), n_heads=int(cfg["num_attention_heads"]),
-                hidden_dim=int(cfg["intermediate_size"]), max_positions=int(cfg["max_position_embeddings"]),
-                type_vocab_size=int(cfg.get("type_vocab_size", 2)), norm_eps=float(cfg.get("layer_norm_eps", 1e-12)),
-                act=str(cfg.get("hidden_act", "gelu")), pooling=pooling, normalize=normalize,
-                max_length=min(int(max_length), int(cfg["max_position_embeddings"])),
-            )
-        except KeyError as e:
-            raise FormatError(str(path), e.args[0], None, "required config key is missing") from None
+        max_length = Fields(st_cfg, read_json(st_cfg)).count("max_seq_length", 512) if st_cfg.exists() else 512
+        dim = f.count("hidden_size")
+        heads = f.count("num_attention_heads", hi=dim)
+        if dim % heads:
+            raise f.error("num_attention_heads", heads, f"must divide hidden_size ({dim})")
+        positions = f.count("max_position_embeddings")
+        return cls(
+            vocab_size=f.count("vocab_size"), dim=dim, n_layers=f.count("num_hidden_layers", hi=1024),
+            n_heads=heads, hidden_dim=f.count("intermediate_size"), max_positions=positions,
+            type_vocab_size=f.count("type_vocab_size", 2), norm_eps=f.real("layer_norm_eps", 1e-12, hi=1.0),
+            act=f.text("hidden_act", "gelu", choices=ACTIVATIONS), pooling=pooling, normalize=normalize,
+            max_length=min(max_length, positions),
+        )
+
+
+#: the activations the FFN implements (exact erf GELU, or its tanh approximation)
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh")
 
 
 class SelfAttention(Module):

@@ -18,11 +18,12 @@ chosen by architecture, as llama.cpp does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..errors import FormatError, Unsupported
+from ..errors import FormatError, Unsupported, _short
+from ..io.validate import MAX_COUNT, Fields, check_shape
 from ..io.weights import GGUFWeights, WeightBuilder
 from ..nn import Attention, Embedding, KVCache, Linear, Module, ModuleList, RMSNorm, RotaryEmbedding, SwiGLU
 from ..dtypes import float32
@@ -48,39 +49,54 @@ class LlamaConfig:
     context_length: int
 
     @classmethod
-    def from_gguf(cls, path: str, meta: dict[str, Any], vocab_size: int) -> "LlamaConfig":
+    def from_gguf(cls, path: str, meta: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> "LlamaConfig":
+        """The config from a GGUF file's metadata, every field checked against its type,
+        a sane range and the tensor shapes in the file's header (``shapes``, name ->
+        shape): all before any tensor data is read."""
         arch = meta.get("general.architecture")
-        if arch not in INTERLEAVED_ROPE:
-            raise Unsupported("llama", f"{path}: architecture {arch!r} is not a Llama-family model "
+        if not isinstance(arch, str) or arch not in INTERLEAVED_ROPE:
+            raise Unsupported("llama", f"{path}: architecture {_short(arch)} is not a Llama-family model "
                                        f"(known: {', '.join(INTERLEAVED_ROPE)})")
-
-        def field(key: str, default: Any = None) -> Any:
-            full = f"{arch}.{key}"
-            if full in meta:
-                return meta[full]
-            if default is None:
-                raise FormatError(path, full, None, "required metadata key is missing")
-            return default
-
-        dim = int(field("embedding_length"))
-        heads = int(field("attention.head_count"))
-        scaling = field("rope.scaling.type", "none")
+        f = Fields(path, {k[len(arch) + 1:]: v for k, v in meta.items() if k.startswith(arch + ".")}, arch + ".")
+        embd = shapes.get("token_embd.weight")
+        if embd is None or len(embd) != 2:
+            raise FormatError(path, "token_embd.weight", None, "the token embedding must be a 2-d tensor",
+                              value=embd)
+        vocab_size, dim = embd
+        dim = f.count("embedding_length")
+        check_shape(path, "token_embd.weight", embd, (None, dim))
+        layers = {int(k.split(".")[1]) for k in shapes if k.startswith("blk.") and k.split(".")[1].isdigit()}
+        n_layers = f.count("block_count", hi=max(len(layers), 1))
+        if any(i not in layers for i in range(n_layers)):
+            raise f.error("block_count", n_layers, f"the file has tensors for blocks {sorted(layers)[:8]}...")
+        heads = f.count("attention.head_count", hi=dim)
+        kv = f.count("attention.head_count_kv", heads, hi=heads)
+        if heads % kv:
+            raise f.error("attention.head_count_kv", kv, f"must divide attention.head_count ({heads})")
+        if "rope.dimension_count" not in f.meta and dim % heads:
+            raise f.error("attention.head_count", heads, f"must divide embedding_length ({dim})")
+        head_dim = f.count("rope.dimension_count", dim // heads, lo=2, hi=MAX_COUNT)
+        if head_dim % 2:
+            raise f.error("rope.dimension_count", head_dim, "rotary pairs need an even head size")
+        scaling = f.text("rope.scaling.type", "none")
         if scaling not in ("none", "linear"):
-            raise Unsupported("llama", f"{path}: rope scaling {scaling!r} is not supported (none, linear)")
+            raise Unsupported("llama", f"{path}: rope scaling {_short(scaling)} is not supported (none, linear)")
         return cls(
             arch=arch,
             vocab_size=vocab_size,
             dim=dim,
-            n_layers=int(field("block_count")),
+            n_layers=n_layers,
             n_heads=heads,
-            n_kv_heads=int(field("attention.head_count_kv", heads)),
-            head_dim=int(field("rope.dimension_count", dim // heads)),
-            hidden_dim=int(field("feed_forward_length")),
-            norm_eps=float(field("attention.layer_norm_rms_epsilon", 1e-5)),
-            rope_base=float(field("rope.freq_base", 10000.0)),
+            n_kv_heads=kv,
+            head_dim=head_dim,
+            hidden_dim=f.count("feed_forward_length"),
+            norm_eps=f.real("attention.layer_norm_rms_epsilon", 1e-5, hi=1.0),
+            rope_base=f.real("rope.freq_base", 10000.0),
             rope_interleaved=INTERLEAVED_ROPE[arch],
-            rope_linear_scale=float(field("rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0,
-            context_length=int(field("context_length", 2048)),
+            rope_linear_scale=f.real("rope.scaling.factor", 1.0) if scaling == "linear" else 1.0,
+            # generation sizes the KV cache and rotary table by what it uses, so a large
+            # context costs nothing until a sequence is that long
+            context_length=f.count("context_length", 2048),
         )
 
 
@@ -131,11 +147,15 @@ class Llama(Module):
         """Build from an open ``braze.io.GGUFFile``; quantized tensors stay in their blocks
         (block dtypes, memory-mapped), which ``nn.Linear`` hands to the quantized matmul;
         with ``dequantize`` every weight is float32 (the baseline for fidelity checks)."""
+        c = LlamaConfig.from_gguf(str(gguf.path), gguf.metadata, {n: t.shape for n, t in gguf.tensors.items()})
         vb = WeightBuilder(GGUFWeights(gguf, dequantize), on_load=progress)
         embed = Embedding.from_weights(vb.get("token_embd.weight"))
-        c = LlamaConfig.from_gguf(str(gguf.path), gguf.metadata, embed.num_embeddings)
         hd = c.head_dim
-        freq_factors = vb.get("rope_freqs.weight").numpy() if vb.contains("rope_freqs.weight") else None
+        freq_factors = vb.get("rope_freqs.weight", (hd // 2,)).to(float32).numpy() \
+            if vb.contains("rope_freqs.weight") else None
+        if freq_factors is not None and not (np.isfinite(freq_factors).all() and (freq_factors > 0).all()):
+            raise FormatError(str(gguf.path), "rope_freqs.weight", None, "rotary frequency factors must be "
+                              "finite and positive")
         rotary = RotaryEmbedding(hd, c.context_length, c.rope_base, c.rope_interleaved, c.rope_linear_scale,
                                  freq_factors if freq_factors is None else np.asarray(freq_factors))
 
