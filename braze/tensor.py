@@ -800,8 +800,7 @@ def _record(op: str, inputs: Sequence[Tensor], **attrs: Any) -> Any:
     device = _same_device(op, inputs)
     shapes = opdef.shape(op, [t._layout.shape for t in inputs], attrs)
     dtypes = opdef.dtype(op, [t._storage.dtype for t in inputs], attrs)
-    if memory.limited():
-        memory.check(_b.sum(prod(s) * d.itemsize for s, d in zip(shapes, dtypes)), op)
+    memory.check(_b.sum(prod(s) * d.itemsize for s, d in zip(shapes, dtypes)), op)
     outs = [Tensor(Storage(d, device, prod(s)), _contiguous(s)) for s, d in zip(shapes, dtypes)]
     node = Node(opdef, tuple([Operand(t._storage, t._layout) for t in inputs]),
                 tuple([Operand(t._storage, t._layout) for t in outs]), attrs)
@@ -1641,7 +1640,10 @@ def arange(start: Scalar, end: Scalar | None = None, step: Scalar = 1, *, dtype:
         raise Unsupported("arange", "step must be non-zero")
     all_int = _b.all(isinstance(v, (int, np.integer)) for v in (start, end, step))
     d = _creation_dtype(dtype, dt.int64 if all_int else dt.float32)
-    n = _b.max(0, math.ceil((end - start) / step))
+    span = (end - start) / step
+    if not math.isfinite(span):
+        raise Unsupported("arange", f"start, end and step must be finite, got {start}, {end}, {step}")
+    n = _b.max(0, math.ceil(span))
     return _record("arange", [], shape=(n,), dtype=d, start=start, step=step)
 
 
