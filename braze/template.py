@@ -4,9 +4,8 @@ A chat template is Jinja code from a model file. Jinja's immutable sandbox keeps
 from reaching Python's internals; this module also keeps it from deciding how much
 time and memory braze spends:
 
-- **time**: a render has ``TIME_BUDGET`` seconds; a trace function on the template's
-  own frames (Jinja compiles templates to Python code named ``<template>``) checks the
-  clock every few hundred lines, so nested ``range(100000)`` loops stop;
+- **time**: a render has ``TIME_BUDGET`` seconds; a trace function checks the clock
+  every few hundred Python lines, so nested ``range(100000)`` loops stop;
 - **output**: rendered pieces are summed as they come, at most ``MAX_OUTPUT`` chars;
 - **strings built in one call** (which the clock cannot interrupt): ``*``, ``**``,
   ``%``, ``~``, the ``center``/``indent``/``format``/``wordwrap``/``join`` filters and
@@ -26,7 +25,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import TemplateError
 
@@ -203,6 +202,13 @@ def _make_env() -> jinja2.Environment:
         return str(_sized(do_join(ctx, value, d, attribute)))
 
     filters.update(center=center, indent=indent, format=format_, wordwrap=wordwrap, join=join, tojson=_tojson)
+    lipsum: Callable[..., Any] = env.globals["lipsum"]  # type: ignore[assignment]
+
+    def bounded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
+        _need(_width(n) * _width(max) * 16, "lipsum")
+        return str(lipsum(n, html, min, max))
+
+    env.globals["lipsum"] = bounded_lipsum
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     return env
@@ -219,16 +225,17 @@ def _compile(template: str) -> jinja2.Template:
 
 
 class _Clock:
-    """A trace function on the template's frames only: every ``_CHECK_EVERY`` lines it
-    reads the clock and stops the render past its deadline."""
+    """A trace function: every ``_CHECK_EVERY`` Python lines run during the render it
+    reads the clock, and stops the render past its deadline."""
 
     def __init__(self, seconds: float) -> None:
         self.deadline = time.monotonic() + seconds
         self.n = 0
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "call" and frame.f_code.co_filename != "<template>":
-            return None  # no line events in Jinja's or Python's own code
+        # every Python frame, not only the template's: a filter's own loop (``slice``,
+        # ``lipsum``) runs in Jinja's code. Measured: SmolLM2's template over 8
+        # messages renders in 1.1 ms traced, 0.12 ms not; once per chat turn.
         self.n += 1
         if self.n % _CHECK_EVERY == 0 and time.monotonic() > self.deadline:
             raise _Budget(f"render took more than {TIME_BUDGET} s")

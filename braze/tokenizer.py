@@ -295,11 +295,37 @@ def _meta_str(value: Any) -> str:
     return str(value)
 
 
+def _bad(metadata: Mapping[str, Any], key: str, value: Any, why: str) -> FormatError:
+    return FormatError(getattr(metadata, "_path", "<metadata>"), key, None, why, value=value)
+
+
+def _meta_list(metadata: Mapping[str, Any], key: str, item: type | tuple[type, ...]) -> list[Any] | None:
+    """An optional array whose items are all of type ``item`` (bools are not numbers)."""
+    value = _meta_get(metadata, key)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _bad(metadata, key, value, f"must be an array, not {type(value).__name__}")
+    if not all(isinstance(v, item) and not isinstance(v, bool) for v in value):
+        bad = next(v for v in value if not isinstance(v, item) or isinstance(v, bool))
+        raise _bad(metadata, key, bad, f"holds a {type(bad).__name__} among its items")
+    return value
+
+
+def _meta_text(metadata: Mapping[str, Any], key: str, default: str | None) -> str | None:
+    value = metadata.get(key, default)
+    if value is not None and not isinstance(value, str):
+        raise _bad(metadata, key, value, f"must be a string, not {type(value).__name__}")
+    return value
+
+
 def _meta_int(metadata: Mapping[str, Any], key: str) -> int | None:
     """An optional token id; absent and "no token" sentinels both read as None."""
     value = metadata.get(key)
     if value is None:
         return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise _bad(metadata, key, value, f"a token id must be an integer, not {type(value).__name__}")
     value = int(value)
     # Some converters write -1 (or 0xFFFFFFFF) for "no such token".
     return None if value < 0 or value == 0xFFFFFFFF else value
@@ -308,7 +334,11 @@ def _meta_int(metadata: Mapping[str, Any], key: str) -> int | None:
 def _meta_bool(metadata: Mapping[str, Any], key: str, default: bool) -> bool:
     """An optional flag; converters omit flags whose value is the loader's default."""
     value = metadata.get(key)
-    return default if value is None else bool(value)
+    if value is None:
+        return default
+    if not isinstance(value, (bool, np.bool_)) and value not in (0, 1):
+        raise _bad(metadata, key, value, "must be true or false")
+    return bool(value)
 
 
 class EncodedBatch(NamedTuple):
@@ -391,7 +421,7 @@ class Tokenizer:
             raise FormatError(
                 "<metadata>", "tokenizer.ggml.model", None, "missing: no tokenizer in this file"
             )
-        model = _meta_str(metadata["tokenizer.ggml.model"])
+        model = _meta_text(metadata, "tokenizer.ggml.model", None)
         if model not in ("gpt2", "llama"):
             raise Unsupported(
                 op,
@@ -399,9 +429,9 @@ class Tokenizer:
             )
         if "tokenizer.ggml.tokens" not in metadata:
             raise FormatError("<metadata>", "tokenizer.ggml.tokens", None, "missing")
-        tokens = [_meta_str(t) for t in _meta_get(metadata, "tokenizer.ggml.tokens")]
+        tokens = _meta_list(metadata, "tokenizer.ggml.tokens", str) or []
         n = len(tokens)
-        raw_types = _meta_get(metadata, "tokenizer.ggml.token_type")
+        raw_types = _meta_list(metadata, "tokenizer.ggml.token_type", (int, np.integer))
         types = [int(t) for t in raw_types] if raw_types is not None else [TokenType.NORMAL] * n
         if len(types) != n:
             raise FormatError(
@@ -466,7 +496,7 @@ class Tokenizer:
             add_bos=_meta_bool(metadata, "tokenizer.ggml.add_bos_token", model == "llama"),
             add_eos=_meta_bool(metadata, "tokenizer.ggml.add_eos_token", False),
         )
-        template = metadata.get("tokenizer.chat_template")
+        template = _meta_text(metadata, "tokenizer.chat_template", None)
         return cls(
             hf,
             tokens=tokens,
@@ -474,7 +504,7 @@ class Tokenizer:
             special_ids=special_ids,
             specials=specials,
             strip_leading_space=strip,
-            chat_template=_meta_str(template) if template is not None else None,
+            chat_template=template,
             uses_post_processor=False,
         )
 
@@ -484,7 +514,7 @@ class Tokenizer:
     ) -> tuple[tokenizers.Tokenizer, list[bytes], bool]:
         """GPT-2 style: split words with the ``pre`` regexes, map bytes to the printable
         alphabet, then rank-ordered merges."""
-        pre_name = _meta_str(metadata.get("tokenizer.ggml.pre", "default"))
+        pre_name = _meta_text(metadata, "tokenizer.ggml.pre", "default") or "default"
         regexes = PRE_TOKENIZER_REGEXES.get(pre_name)
         if regexes is None:
             _warn_once(
@@ -493,7 +523,7 @@ class Tokenizer:
                 "so ids may differ from the model's own tokenizer",
             )
             regexes = (_GPT2,)
-        merges = _parse_merges(_meta_get(metadata, "tokenizer.ggml.merges") or [], vocab)
+        merges = _parse_merges(_meta_list(metadata, "tokenizer.ggml.merges", str) or [], vocab)
         bpe = models.BPE(vocab=vocab, merges=merges, ignore_merges=pre_name in _IGNORE_MERGES_PRE)
         hf = tokenizers.Tokenizer(bpe)
         hf.pre_tokenizer = pre_tokenizers.Sequence(
@@ -510,7 +540,7 @@ class Tokenizer:
     ) -> tuple[tokenizers.Tokenizer, list[bytes], bool]:
         """SentencePiece BPE: spaces are ``"▁"``, no word split, merges ranked by the
         score of the piece they produce, unknown characters spelled as byte tokens."""
-        raw_scores = _meta_get(metadata, "tokenizer.ggml.scores")
+        raw_scores = _meta_list(metadata, "tokenizer.ggml.scores", (int, float, np.integer, np.floating))
         n = len(tokens)
         scores = [float(s) for s in raw_scores] if raw_scores is not None else [-float(i) for i in range(n)]
         if len(scores) != n:
