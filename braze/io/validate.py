@@ -104,12 +104,3 @@ def read_json(path: Path, expect: type = dict) -> Any:
         raise FormatError(str(path), name, None, f"must hold a JSON {expect.__name__}, not {type(data).__name__}",
                           value=data)
     return data
-
-
-def check_shape(file: str, name: str, shape: tuple[int, ...], want: tuple[int | None, ...]) -> None:
-    """A tensor's shape (from the file's header, before any data is read) against what
-    the metadata says; ``None`` matches any size."""
-    if len(shape) != len(want) or any(w is not None and s != w for s, w in zip(shape, want)):
-        shown = tuple("*" if w is None else w for w in want)
-        raise FormatError(file, name, None, f"tensor shape {shape} does not match the metadata's {shown}",
-                          value=shape)

@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..errors import FormatError, Unsupported, _short
-from ..io.validate import MAX_COUNT, Fields, check_shape
+from ..io.validate import MAX_COUNT, Fields
 from ..io.weights import GGUFWeights, WeightBuilder
 from ..nn import Attention, Embedding, KVCache, Linear, Module, ModuleList, RMSNorm, RotaryEmbedding, SwiGLU
 from ..dtypes import float32
@@ -64,7 +64,8 @@ class LlamaConfig:
                               value=embd)
         vocab_size, dim = embd
         dim = f.count("embedding_length")
-        check_shape(path, "token_embd.weight", embd, (None, dim))
+        if embd[1] != dim:
+            raise f.error("embedding_length", dim, f"token_embd.weight has shape {embd}: its rows are {embd[1]} wide")
         layers = {int(k.split(".")[1]) for k in shapes if k.startswith("blk.") and k.split(".")[1].isdigit()}
         n_layers = f.count("block_count", hi=max(len(layers), 1))
         if any(i not in layers for i in range(n_layers)):
