@@ -60,8 +60,8 @@ def gguf_metadata(draw: Any) -> list[C.Entry]:
             entries = [e for e in entries if e[0] != draw(st.sampled_from(keys))]
         elif op == "tokens":  # the vocabulary: cut, or its type array changed
             cut = draw(st.integers(0, C.N_TOKENS + 5))
-            entries = [(k, t, (v[0], v[1][:cut]) if k in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type")
-                        and draw(st.booleans()) else v) for k, t, v in entries]
+            entries = [(k, t, (v[0], v[1][:cut]) if t == C.ARR and k in ("tokenizer.ggml.tokens",
+                        "tokenizer.ggml.token_type") and draw(st.booleans()) else v) for k, t, v in entries]
         else:
             key = draw(st.sampled_from(keys if op == "set" else EXTRA_KEYS))
             typed = _typed(draw(VALUES), draw)
