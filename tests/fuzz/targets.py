@@ -128,9 +128,9 @@ def run_gguf_metadata(entries: list[C.Entry]) -> tuple[str, str]:
     try:
         outcome = classify(run)
         if outcome[0] == "ok" and COUNTERS["peak_bytes"] > budget[0] + COUNTERS["live_bytes"]:
-            base = set(C.llama_entries())
-            changed = sorted({k for k, t, v in entries if (k, t, v) not in base} if all(
-                isinstance(e[2], (int, float, str, bool)) for e in entries) else {"(arrays)"})
+            base = {k: repr((t, v)) for k, t, v in C.llama_entries()}
+            changed = sorted({k for k, t, v in entries if base.get(k) != repr((t, v))} | (base.keys() - {
+                k for k, _, _ in entries}))
             return "overalloc", f"peak {COUNTERS['peak_bytes']} > {budget[0]}; changed: {changed}"
         return outcome
     finally:
