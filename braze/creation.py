@@ -119,7 +119,10 @@ def arange(start: Scalar, end: Scalar | None = None, step: Scalar = 1, *, dtype:
         raise Unsupported("arange", "step must be non-zero")
     all_int = _b.all(isinstance(v, (int, np.integer)) for v in (start, end, step))
     d = _creation_dtype(dtype, dt.int64 if all_int else dt.float32)
-    n = _b.max(0, math.ceil((end - start) / step))
+    span = (end - start) / step
+    if not math.isfinite(span):
+        raise Unsupported("arange", f"start, end and step must be finite, got {start}, {end}, {step}")
+    n = _b.max(0, math.ceil(span))
     return _record("arange", [], shape=(n,), dtype=d, start=start, step=step)
 
 

@@ -107,13 +107,44 @@ class Unsupported(BrazeError, NotImplementedError):
         super().__init__(what, op=op)
 
 
-class FormatError(BrazeError, ValueError):
-    """A model file is malformed: names the file, the field and the byte offset."""
+_NO_VALUE: Any = object()
 
-    def __init__(self, file: str, field: str, offset: int | None, detail: str) -> None:
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr`` cut to ``limit`` characters: a hostile file's value can be megabytes."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
+class FormatError(BrazeError, ValueError):
+    """A model file is malformed: names the file, the field, the byte offset (a
+    parser's errors) or the offending ``value`` (a metadata check's), and why."""
+
+    def __init__(self, file: str, field: str, offset: int | None, detail: str, *,
+                 value: Any = _NO_VALUE) -> None:
         self.file, self.field, self.offset = str(file), field, offset
+        self.value = None if value is _NO_VALUE else value
         where = f" at offset {offset}" if offset is not None else ""
-        super().__init__(f"{self.file}: field {field!r}{where}: {detail}")
+        shown = f" = {short_repr(value)}" if value is not _NO_VALUE else ""
+        super().__init__(f"{self.file}: field {field!r}{where}{shown}: {detail}")
+
+
+class TemplateError(BrazeError, ValueError):
+    """A chat template failed to parse or render, called ``raise_exception``, tried
+    to escape the sandbox, or went past its time or size budget. The template comes
+    from a model file, so this is a data error about that file, never a reason to
+    trust it more."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, op="render_chat")
+
+
+class InvalidArgument(BrazeError, ValueError, TypeError):
+    """An API argument of the wrong type or out of range (a negative memory limit).
+    Both a ``ValueError`` and a ``TypeError``, so either ``except`` catches it."""
+
+    def __init__(self, op: str, what: str) -> None:
+        super().__init__(what, op=op)
 
 
 class CompileError(BrazeError, RuntimeError):

@@ -14,6 +14,8 @@ text that might be the start of a stop string is held back until it is known not
 
 from __future__ import annotations
 
+import math
+
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ import numpy as np
 
 from .capture import StepCapture
 from .device import CPU
-from .errors import IndexOutOfRange, ShapeMismatch
+from .errors import IndexOutOfRange, InvalidArgument, ShapeMismatch
 from .stream import fusion_enabled, stream_of
 from .creation import from_numpy, tensor
 from .tokenizer import Tokenizer
@@ -36,6 +38,25 @@ class Sampling:
     top_p: float = 1.0
     repetition_penalty: float = 1.0
     seed: int | None = None
+
+    def __post_init__(self) -> None:
+        # refused here, not as "Probabilities contain NaN" from numpy mid-generation
+        def bad(name: str, value: Any, why: str) -> InvalidArgument:
+            return InvalidArgument("Sampling", f"{name}={value!r}: {why}")
+        for name in ("temperature", "top_p", "repetition_penalty"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise bad(name, value, "must be a finite number")
+        if self.temperature < 0:
+            raise bad("temperature", self.temperature, "must be >= 0")
+        if not 0 < self.top_p <= 1:
+            raise bad("top_p", self.top_p, "must be in (0, 1]")
+        if self.repetition_penalty <= 0:
+            raise bad("repetition_penalty", self.repetition_penalty, "must be > 0")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise bad("top_k", self.top_k, "must be an integer >= 0")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            raise bad("seed", self.seed, "must be None or an integer >= 0")
 
 
 def sample(logits: np.ndarray, s: Sampling, history: Sequence[int], rng: np.random.Generator | None) -> int:
@@ -258,6 +279,8 @@ def generate_ids(model: Any, prompt_ids: Sequence[int], max_tokens: int, samplin
     """Yield generated token ids, stopping at EOS (not yielded) or ``max_tokens``.
     With ``capture`` (the default) the decoding step is captured after its first
     steps and replayed without recording (``DecodeStep``)."""
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+        raise InvalidArgument("generate", f"max_tokens={max_tokens!r}: must be an integer >= 0")
     stats = stats if stats is not None else GenerationStats()
     ctx = model.config.context_length if max_context is None else min(max_context, model.config.context_length)
     if not prompt_ids:

@@ -42,6 +42,7 @@ import numpy as np
 
 from .codegen.generic import symbolize
 from .codegen.c import kernel_source, llc_bytes, module_source
+from . import plan_store
 from .errors import CompileError
 from .runtime import cpu, memory
 from .runtime import reference
@@ -78,8 +79,8 @@ class Plan:
 
 
 # bump when the stored schedule's shape changes (2: arena, 3: refs, 4: rendered C, 5: epilogues, 6: prologues,
-# 7: generic kernels)
-_PLAN_FORMAT = 7
+# 7: generic kernels, 8: checksummed JSON, plan_store.py)
+_PLAN_FORMAT = 8
 _variants: dict[Any, int] = {}  # how many builds of each shape-free form compiled new kernels
 _shapes: dict[Any, int] = {}  # how many shapes of each program (its ops and dtypes) were built
 
@@ -357,7 +358,7 @@ def _build(nodes: Sequence[Any], form: Form, live: frozenset[int], key: Any, com
     without ``compile_new``, when a module of its kernels is not compiled yet. With
     ``generic`` the kernels that can be are generic in their sizes."""
     path = _plan_path((key, generic))
-    stored = _load(path) if path is not None else None
+    stored = plan_store.load(path) if path is not None else None
     if not (isinstance(stored, tuple) and len(stored) == 6):
         sched = schedule(nodes, form.key_of, set(live))
         release, intervals = _lifetimes(sched.steps, nodes, form.key_of, live)
@@ -365,9 +366,9 @@ def _build(nodes: Sequence[Any], form: Form, live: frozenset[int], key: Any, com
                                                  for k in intervals})
         stored = (sched.steps, sched.materialized, release, offsets, arena_bytes, _render(sched.steps, generic))
         if path is not None:
-            _save(path, stored)
+            plan_store.save(path, stored)
     steps, materialized, release, offsets, arena_bytes, rendered = stored
-    fresh = not all(cpu.is_cached(source) for source, names in rendered[0] if names)
+    fresh = not all(cpu.is_cached(source, names) for source, names in rendered[0] if names)
     if fresh and not compile_new:
         return None
     _say_slow_steps(steps, nodes)
@@ -536,34 +537,13 @@ def _code_identity() -> str:
 
 def _plan_path(key: Any) -> Path | None:
     try:
+        # pickle only *writes* here, to hash the key: stored plans are JSON (plan_store)
         blob = pickle.dumps((key, _PLAN_FORMAT, _code_identity()), protocol=5)
         directory = cpu.cache_dir() / "plans"
         directory.mkdir(mode=0o700, exist_ok=True)
     except Exception:  # unpicklable attributes, unwritable cache: just do not store
         return None
-    return directory / (cpu.sha256(blob).hexdigest() + ".plan")
-
-
-def _load(path: Path) -> Any:
-    """A stored schedule, or None if absent or unreadable (then it is rebuilt)."""
-    try:
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    except FileNotFoundError:
-        return None
-    except Exception:
-        path.unlink(missing_ok=True)
-        return None
-
-
-def _save(path: Path, stored: Any) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            pickle.dump(stored, f, protocol=5)
-        os.replace(tmp, path)
-    except Exception:
-        tmp.unlink(missing_ok=True)
+    return directory / (cpu.sha256(blob).hexdigest() + ".json")
 
 
 # -- running a plan ----------------------------------------------------------------------

@@ -7,14 +7,14 @@ program gives the same numbers however its flushes fall.
 from __future__ import annotations
 
 from math import prod
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from . import dtypes as dt
 from .device import CPU, as_device
 from .dtypes import as_dtype
-from .errors import DtypeMismatch
+from .errors import DtypeMismatch, InvalidArgument, OutOfMemory
 from .layout import Layout
 from .runtime import memory
 from .storage import Storage
@@ -53,6 +53,16 @@ def manual_seed(seed: int) -> Generator:
     return default_generator.manual_seed(seed)
 
 
+def _draw(op: str, nbytes: int, make: Callable[[], np.ndarray]) -> np.ndarray:
+    """numpy's draw, its size checked against the budget first and its MemoryError
+    (a size the machine cannot give) typed."""
+    memory.check(nbytes, op)
+    try:
+        return make()
+    except MemoryError:
+        raise OutOfMemory(nbytes, memory.available(), "cpu", op=op) from None
+
+
 def _wrap(arr: np.ndarray, dtype: dt.DType) -> Tensor:
     arr = np.asarray(arr.astype(dtype.np), order="C")  # (ascontiguousarray would make 0-d 1-d)
     memory.adopt(arr)
@@ -71,9 +81,8 @@ def rand(*size: Any, generator: Generator | None = None, dtype: Any = None, devi
     as_device(device, "rand")
     d = _float_dtype("rand", dtype)
     shape = _shape_arg("rand", size)
-    memory.check(prod(shape) * d.itemsize, "rand")
     rng = (generator or default_generator).numpy
-    u = rng.random(shape, dtype=np.float64 if d is dt.float64 else np.float32)
+    u = _draw("rand", prod(shape) * d.itemsize, lambda: rng.random(shape, dtype=np.float64 if d is dt.float64 else np.float32))
     if d.is_half:
         # Rounding a float32 draw to a half type can give 1.0; draw on the type's grid
         # instead (k / 2**bits, bits = significand width), as PyTorch does.
@@ -87,9 +96,9 @@ def randn(*size: Any, generator: Generator | None = None, dtype: Any = None, dev
     as_device(device, "randn")
     d = _float_dtype("randn", dtype)
     shape = _shape_arg("randn", size)
-    memory.check(prod(shape) * d.itemsize, "randn")
     rng = (generator or default_generator).numpy
-    return _wrap(rng.standard_normal(shape, dtype=np.float64 if d is dt.float64 else np.float32), d)
+    return _wrap(_draw("randn", prod(shape) * d.itemsize, lambda: rng.standard_normal(
+        shape, dtype=np.float64 if d is dt.float64 else np.float32)), d)
 
 
 def randint(low: int, high: int | None = None, size: Any = (), *, generator: Generator | None = None,
@@ -101,7 +110,9 @@ def randint(low: int, high: int | None = None, size: Any = (), *, generator: Gen
     d = as_dtype(dtype, "randint") if dtype is not None else dt.int64
     shape = _shape_arg("randint", (size,) if not isinstance(size, (tuple, list)) else tuple(size))
     rng = (generator or default_generator).numpy
-    return _wrap(rng.integers(low, high, shape), d)
+    if not (isinstance(low, (int, np.integer)) and isinstance(high, (int, np.integer))) or low >= high:
+        raise InvalidArgument("randint", f"needs integers low < high, got low={low!r}, high={high!r}")
+    return _wrap(_draw("randint", prod(shape) * d.itemsize, lambda: rng.integers(low, high, shape)), d)
 
 
 def rand_like(x: Tensor, *, generator: Generator | None = None, dtype: Any = None) -> Tensor:

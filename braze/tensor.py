@@ -750,8 +750,7 @@ def _record(op: str, inputs: Sequence[Tensor], **attrs: Any) -> Any:
     device = _same_device(op, inputs)
     shapes = opdef.shape(op, [t._layout.shape for t in inputs], attrs)
     dtypes = opdef.dtype(op, [t._storage.dtype for t in inputs], attrs)
-    if memory.limited():
-        memory.check(_b.sum(prod(s) * d.itemsize for s, d in zip(shapes, dtypes)), op)
+    memory.check(_b.sum(prod(s) * d.itemsize for s, d in zip(shapes, dtypes)), op)
     outs = [Tensor(Storage(d, device, prod(s)), _contiguous(s)) for s, d in zip(shapes, dtypes)]
     node = Node(opdef, tuple([Operand(t._storage, t._layout) for t in inputs]),
                 tuple([Operand(t._storage, t._layout) for t in outs]), attrs)

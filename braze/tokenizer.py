@@ -51,11 +51,10 @@ import numpy as np
 import tokenizers
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 
-from braze.errors import BrazeError, FormatError, IndexOutOfRange, Unsupported
+from braze.errors import BrazeError, FormatError, IndexOutOfRange, TemplateError, Unsupported
 from braze.io.gguf import GGUFMetadata
+from braze.template import render_chat
 
-if TYPE_CHECKING:  # at run time jinja2 is imported on first use (_make_env)
-    import jinja2
 
 __all__ = [
     "CHATML_TEMPLATE",
@@ -67,15 +66,6 @@ __all__ = [
     "Tokenizer",
     "render_chat",
 ]
-
-
-class TemplateError(BrazeError, ValueError):
-    """A chat template failed to parse or render, called ``raise_exception``, or tried
-    to escape the sandbox. The template comes from a model file, so this is a data
-    error about that file, never a reason to trust it more."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, op="render_chat")
 
 
 class TokenType:
@@ -305,11 +295,37 @@ def _meta_str(value: Any) -> str:
     return str(value)
 
 
+def _bad(metadata: Mapping[str, Any], key: str, value: Any, why: str) -> FormatError:
+    return FormatError(getattr(metadata, "_path", "<metadata>"), key, None, why, value=value)
+
+
+def _meta_list(metadata: Mapping[str, Any], key: str, item: type | tuple[type, ...]) -> list[Any] | None:
+    """An optional array whose items are all of type ``item`` (bools are not numbers)."""
+    value = _meta_get(metadata, key)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _bad(metadata, key, value, f"must be an array, not {type(value).__name__}")
+    if not all(isinstance(v, item) and not isinstance(v, bool) for v in value):
+        bad = next(v for v in value if not isinstance(v, item) or isinstance(v, bool))
+        raise _bad(metadata, key, bad, f"holds a {type(bad).__name__} among its items")
+    return value
+
+
+def _meta_text(metadata: Mapping[str, Any], key: str, default: str | None) -> str | None:
+    value = metadata.get(key, default)
+    if value is not None and not isinstance(value, str):
+        raise _bad(metadata, key, value, f"must be a string, not {type(value).__name__}")
+    return value
+
+
 def _meta_int(metadata: Mapping[str, Any], key: str) -> int | None:
     """An optional token id; absent and "no token" sentinels both read as None."""
     value = metadata.get(key)
     if value is None:
         return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise _bad(metadata, key, value, f"a token id must be an integer, not {type(value).__name__}")
     value = int(value)
     # Some converters write -1 (or 0xFFFFFFFF) for "no such token".
     return None if value < 0 or value == 0xFFFFFFFF else value
@@ -318,7 +334,11 @@ def _meta_int(metadata: Mapping[str, Any], key: str) -> int | None:
 def _meta_bool(metadata: Mapping[str, Any], key: str, default: bool) -> bool:
     """An optional flag; converters omit flags whose value is the loader's default."""
     value = metadata.get(key)
-    return default if value is None else bool(value)
+    if value is None:
+        return default
+    if not isinstance(value, (bool, np.bool_)) and value not in (0, 1):
+        raise _bad(metadata, key, value, "must be true or false")
+    return bool(value)
 
 
 class EncodedBatch(NamedTuple):
@@ -401,7 +421,7 @@ class Tokenizer:
             raise FormatError(
                 "<metadata>", "tokenizer.ggml.model", None, "missing: no tokenizer in this file"
             )
-        model = _meta_str(metadata["tokenizer.ggml.model"])
+        model = _meta_text(metadata, "tokenizer.ggml.model", None)
         if model not in ("gpt2", "llama"):
             raise Unsupported(
                 op,
@@ -409,9 +429,9 @@ class Tokenizer:
             )
         if "tokenizer.ggml.tokens" not in metadata:
             raise FormatError("<metadata>", "tokenizer.ggml.tokens", None, "missing")
-        tokens = [_meta_str(t) for t in _meta_get(metadata, "tokenizer.ggml.tokens")]
+        tokens = _meta_list(metadata, "tokenizer.ggml.tokens", str) or []
         n = len(tokens)
-        raw_types = _meta_get(metadata, "tokenizer.ggml.token_type")
+        raw_types = _meta_list(metadata, "tokenizer.ggml.token_type", (int, np.integer))
         types = [int(t) for t in raw_types] if raw_types is not None else [TokenType.NORMAL] * n
         if len(types) != n:
             raise FormatError(
@@ -476,7 +496,7 @@ class Tokenizer:
             add_bos=_meta_bool(metadata, "tokenizer.ggml.add_bos_token", model == "llama"),
             add_eos=_meta_bool(metadata, "tokenizer.ggml.add_eos_token", False),
         )
-        template = metadata.get("tokenizer.chat_template")
+        template = _meta_text(metadata, "tokenizer.chat_template", None)
         return cls(
             hf,
             tokens=tokens,
@@ -484,7 +504,7 @@ class Tokenizer:
             special_ids=special_ids,
             specials=specials,
             strip_leading_space=strip,
-            chat_template=_meta_str(template) if template is not None else None,
+            chat_template=template,
             uses_post_processor=False,
         )
 
@@ -494,7 +514,7 @@ class Tokenizer:
     ) -> tuple[tokenizers.Tokenizer, list[bytes], bool]:
         """GPT-2 style: split words with the ``pre`` regexes, map bytes to the printable
         alphabet, then rank-ordered merges."""
-        pre_name = _meta_str(metadata.get("tokenizer.ggml.pre", "default"))
+        pre_name = _meta_text(metadata, "tokenizer.ggml.pre", "default") or "default"
         regexes = PRE_TOKENIZER_REGEXES.get(pre_name)
         if regexes is None:
             _warn_once(
@@ -503,7 +523,7 @@ class Tokenizer:
                 "so ids may differ from the model's own tokenizer",
             )
             regexes = (_GPT2,)
-        merges = _parse_merges(_meta_get(metadata, "tokenizer.ggml.merges") or [], vocab)
+        merges = _parse_merges(_meta_list(metadata, "tokenizer.ggml.merges", str) or [], vocab)
         bpe = models.BPE(vocab=vocab, merges=merges, ignore_merges=pre_name in _IGNORE_MERGES_PRE)
         hf = tokenizers.Tokenizer(bpe)
         hf.pre_tokenizer = pre_tokenizers.Sequence(
@@ -520,7 +540,7 @@ class Tokenizer:
     ) -> tuple[tokenizers.Tokenizer, list[bytes], bool]:
         """SentencePiece BPE: spaces are ``"▁"``, no word split, merges ranked by the
         score of the piece they produce, unknown characters spelled as byte tokens."""
-        raw_scores = _meta_get(metadata, "tokenizer.ggml.scores")
+        raw_scores = _meta_list(metadata, "tokenizer.ggml.scores", (int, float, np.integer, np.floating))
         n = len(tokens)
         scores = [float(s) for s in raw_scores] if raw_scores is not None else [-float(i) for i in range(n)]
         if len(scores) != n:
@@ -923,137 +943,3 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-# Caps on what a template may build: enough for any real prompt, small enough that a
-# hostile template cannot exhaust memory or CPU with ``'x' * 10**12`` or ``9**9**9``.
-_MAX_REPEAT_LEN = 1_000_000
-_MAX_POWER_BITS = 40_000
-
-
-def _raise_exception(message: str) -> None:
-    """Templates call ``raise_exception('...')`` to reject a conversation (e.g. roles
-    not alternating)."""
-    raise TemplateError(f"chat template rejected the conversation: {message}")
-
-
-def _strftime_now(fmt: str) -> str:
-    """Templates (Llama 3.x) stamp today's date into the system prompt."""
-    return datetime.datetime.now().strftime(fmt)
-
-
-def _tojson(
-    value: Any,
-    ensure_ascii: bool = False,
-    indent: int | None = None,
-    separators: Any = None,
-    sort_keys: bool = False,
-) -> str:
-    """JSON without Jinja's HTML escaping (``<`` stays ``<``): the output is a prompt,
-    not a web page, and tool schemas must reach the model verbatim."""
-    return json.dumps(
-        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
-
-
-@lru_cache(maxsize=1)
-def _make_env() -> jinja2.Environment:
-    """One shared environment with what HF chat templates expect: block trimming (they
-    are written assuming it), ``break``/``continue``, ``raise_exception``,
-    ``strftime_now`` and an unescaped ``tojson``. No autoescape: the output is a
-    prompt, not HTML. Made on first use, with jinja2's import (~6 MiB resident): a
-    generation without a chat template never needs either."""
-    import jinja2.ext
-    import jinja2.nodes
-    import jinja2.sandbox
-
-    class _GenerationTag(jinja2.ext.Extension):
-        """``{% generation %}...{% endgeneration %}`` (HF marks assistant spans for
-        training masks with it); for inference the body renders as is."""
-
-        tags = {"generation"}  # noqa: RUF012 - jinja2.ext.Extension declares it so
-
-        def parse(self, parser: Any) -> list[jinja2.nodes.Node]:
-            next(parser.stream)
-            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
-
-    class _ChatSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
-        """Jinja's immutable sandbox, stricter in two ways: touching an unsafe
-        attribute raises at once (stock Jinja returns a silent undefined until it is
-        used), and repetition and powers are size-capped."""
-
-        intercepted_binops = frozenset({"*", "**"})
-
-        def unsafe_undefined(self, obj: Any, attribute: str) -> jinja2.Undefined:
-            raise jinja2.sandbox.SecurityError(
-                f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe"
-            )
-
-        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-            if operator == "*":
-                for seq, count in ((left, right), (right, left)):
-                    sized = isinstance(seq, (str, list, tuple)) and isinstance(count, int)
-                    if sized and len(seq) * max(count, 0) > _MAX_REPEAT_LEN:
-                        raise jinja2.sandbox.SecurityError("repetition result too large")
-                return left * right
-            if operator == "**":
-                ints = isinstance(left, int) and isinstance(right, int)
-                # bits of the result ~ exponent * bits of the base
-                if ints and abs(left) > 1 and right * abs(left).bit_length() > _MAX_POWER_BITS:
-                    raise jinja2.sandbox.SecurityError("power result too large")
-                return left**right
-            return super().call_binop(context, operator, left, right)
-
-    env = _ChatSandbox(
-        trim_blocks=True,
-        lstrip_blocks=True,
-        extensions=[jinja2.ext.loopcontrols, _GenerationTag],
-        autoescape=False,
-    )
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    return env
-
-
-@lru_cache(maxsize=32)
-def _compile(template: str) -> jinja2.Template:
-    """Compiling costs milliseconds; a chat loop renders the same template per turn."""
-    return _make_env().from_string(template)
-
-
-def render_chat(
-    template: str,
-    messages: Sequence[Mapping[str, Any]],
-    add_generation_prompt: bool = True,
-    bos_token: str = "",
-    eos_token: str = "",
-    **extra: Any,
-) -> str:
-    """Render a chat template (HF conventions: ``messages``, ``add_generation_prompt``,
-    ``bos_token``, ``eos_token``, plus ``extra`` such as ``tools``) in a sandbox.
-
-    Raises :class:`TemplateError` on a syntax error, a render error, a
-    ``raise_exception`` call or a sandbox violation.
-    """
-    import jinja2.sandbox  # its exceptions, for the handlers below
-
-    try:
-        compiled = _compile(template)
-        return compiled.render(
-            messages=list(messages),
-            add_generation_prompt=add_generation_prompt,
-            bos_token=bos_token,
-            eos_token=eos_token,
-            **extra,
-        )
-    except TemplateError:
-        raise
-    except jinja2.sandbox.SecurityError as exc:
-        raise TemplateError(f"sandbox violation: {exc}") from None
-    except jinja2.TemplateSyntaxError as exc:
-        raise TemplateError(f"syntax error on line {exc.lineno}: {exc.message}") from None
-    except jinja2.TemplateError as exc:
-        raise TemplateError(f"render failed: {exc}") from None
-    except (RecursionError, MemoryError) as exc:
-        raise TemplateError(f"render failed: {type(exc).__name__}") from None
-    except Exception as exc:  # noqa: BLE001 - TypeError/KeyError... from template expressions
-        raise TemplateError(f"render failed: {type(exc).__name__}: {exc}") from None

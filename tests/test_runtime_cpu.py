@@ -179,10 +179,10 @@ def test_corrupt_entry_is_rebuilt(cache: Path, capsys: pytest.CaptureFixture[str
     _run_add(lib2)
     # garbage whose sidecar matches: dlopen itself fails (in a fresh process, since
     # this one already has that path loaded)
-    import hashlib
-    garbage = b"not an ELF file" * 100
+    # (naming the entry's symbol, so that it passes the check before dlopen)
+    garbage = b"not an ELF file" * 100 + f"add_{cpu.symbol_tag(lib2.key)}\0".encode()
     _replace_bytes(so, garbage)
-    Path(f"{so}.sha256").write_text(hashlib.sha256(garbage).hexdigest())
+    Path(f"{so}.sha256").write_text(cpu._sidecar(lib2.key, garbage))
     src = cache.parent / "corrupt.c"
     src.write_text(_source("corrupt"))
     proc = _python(CHILD_COMPILE.format(path=str(src)), _child_env(cache))

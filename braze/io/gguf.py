@@ -26,6 +26,7 @@ the mapping, and become lists only when read (``metadata[key]``, then kept);
 
 from __future__ import annotations
 
+import difflib
 import mmap
 import os
 import struct
@@ -36,7 +37,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from braze.errors import FormatError
+from braze.errors import FormatError, MissingWeight
 from braze.io._mmap import MappedFile, MappedReader
 from braze.quant.formats import PLAIN_DTYPES, TYPE_SIZES, GGMLType, is_quantized
 from braze.quant.tensor import BlockTensor
@@ -684,7 +685,8 @@ class GGUFFile(MappedReader):
         try:
             return self.tensors[name]
         except KeyError:
-            raise KeyError(f"{self.path}: no tensor named {name!r}") from None
+            near = difflib.get_close_matches(str(name), list(self.tensors), n=3)
+            raise MissingWeight(self.path, str(name), near) from None
 
     def raw(self, name: str) -> np.ndarray:
         """The tensor's bytes as a read-only uint8 view of the mapping."""

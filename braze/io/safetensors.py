@@ -9,6 +9,7 @@ sizes, overlaps, duplicate keys) so that ``tensor()`` can hand out zero-copy vie
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import struct
@@ -19,7 +20,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from braze.errors import FormatError
+from braze.errors import FormatError, MissingWeight
 from braze.io._mmap import MappedFile, MappedReader
 
 MAX_HEADER_BYTES = 100_000_000
@@ -155,7 +156,8 @@ class SafetensorsFile(MappedReader):
         try:
             info = self.tensors[name]
         except KeyError:
-            raise KeyError(f"{self.path}: no tensor named {name!r}") from None
+            near = difflib.get_close_matches(str(name), list(self.tensors), n=3)
+            raise MissingWeight(self.path, str(name), near) from None
         return self._file.data[info.start : info.end].view(DTYPES[info.dtype]).reshape(info.shape)
 
 

@@ -108,8 +108,9 @@ LLM_ARCHITECTURES = {
 def llm_class(arch: Any, path: str | Path = "<file>") -> Any:
     """The model class for a GGUF architecture name; ``Unsupported`` at once for others."""
     from ..errors import Unsupported
-    if arch not in LLM_ARCHITECTURES:
-        raise Unsupported("load_llm", f"{path}: braze cannot run architecture {arch!r} "
+    if not isinstance(arch, str) or arch not in LLM_ARCHITECTURES:
+        from ..errors import short_repr
+        raise Unsupported("load_llm", f"{path}: braze cannot run architecture {short_repr(arch)} "
                                       f"(general.architecture); it runs {', '.join(sorted(LLM_ARCHITECTURES))}")
     module, name = LLM_ARCHITECTURES[arch]
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
@@ -121,20 +122,20 @@ def load_llm(path: str | Path | None = None, dequantize: bool = False) -> Loaded
     file's type. The architecture is checked before anything else is read."""
     from ..io.gguf import GGUFFile
     p = Path(path) if path is not None else default_llm_path()
-    if not p.exists():
-        raise ModelNotFound(f"no such model file: {p}")
+    if not p.is_file():
+        raise ModelNotFound(f"no such model file: {p}" + (" (it is a directory)" if p.is_dir() else ""))
     t0 = time.perf_counter()
     f = GGUFFile(p)
     try:
         cls = llm_class(f.metadata.get("general.architecture"), p)
+        with _Progress(len(f.tensors), f"loading {p.name}") as bar:  # checks the metadata first
+            model = cls.from_gguf(f, progress=lambda name: bar.update(), dequantize=dequantize)
+        tok = Tokenizer.from_gguf_metadata(f.metadata)
     except BaseException:
         f.close()
         raise
-    tok = Tokenizer.from_gguf_metadata(f.metadata)
     if not tok.chat_template and cls.CHAT_TEMPLATE:
         tok.chat_template = cls.CHAT_TEMPLATE
-    with _Progress(len(f.tensors), f"loading {p.name}") as bar:
-        model = cls.from_gguf(f, progress=lambda name: bar.update(), dequantize=dequantize)
     _release_freed_memory()
     return Loaded(model, tok, p, time.perf_counter() - t0, f)
 
@@ -159,9 +160,11 @@ def load_embedder(path: str | Path | None = None) -> Loaded:
     from ..io.safetensors import SafetensorsFile
     if root.is_file():
         root = root.parent
+    if not root.is_dir():
+        raise ModelNotFound(f"no such model directory: {root}")
     weights = root / "model.safetensors"
-    if not weights.exists():
-        raise ModelNotFound(f"no model.safetensors in {root}")
+    if not weights.is_file():
+        raise ModelNotFound(f"no model.safetensors file in {root}")
     st = SafetensorsFile(weights)
     model = Bert.from_dir(root, st)
     tok = Tokenizer.from_file(root / "tokenizer.json", max_length=model.config.max_length)

@@ -18,12 +18,12 @@ way through loading.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import FormatError, Unsupported
+from ..errors import FormatError, Unsupported, short_repr
+from ..io.validate import Fields, read_json
 
 ACTIVATIONS = {
     "gelu": "gelu", "gelu_python": "gelu",  # erf
@@ -69,36 +69,30 @@ class BertConfig:
         path = root / "config.json"
         cfg = _read_json(path, required=True)
         model_type = cfg.get("model_type", "bert")
-        if model_type not in ENCODER_TYPES and "BertModel" not in cfg.get("architectures", []):
-            raise Unsupported("bert", f"{path}: model_type {model_type!r} is not a BERT-family encoder "
+        archs = cfg.get("architectures", [])
+        if model_type not in ENCODER_TYPES and not (isinstance(archs, list) and "BertModel" in archs):
+            raise Unsupported("bert", f"{path}: model_type {short_repr(model_type)} is not a BERT-family encoder "
                                       f"(known: {', '.join(ENCODER_TYPES)})")
         position_type = cfg.get("position_embedding_type", "absolute")
         if position_type != "absolute":
-            raise Unsupported("bert", f"{path}: position_embedding_type {position_type!r} is not one braze runs "
+            raise Unsupported("bert", f"{path}: position_embedding_type {short_repr(position_type)} is not one braze runs "
                                       "(absolute)")
         pooling, normalize = _modules(root)
 
-        def num(key: str, kind: type, default: Any = None) -> Any:
-            value = cfg.get(key, default)
-            if value is None:
-                raise FormatError(str(path), key, None, "required config key is missing")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
-                raise FormatError(str(path), key, None, f"expected a number, got {value!r}")
-            return kind(value)
-
-        positions = num("max_position_embeddings", int)
+        f = Fields(path, cfg)
+        positions = f.count("max_position_embeddings")
         # RoBERTa numbers positions from padding_idx + 1 (HF's create_position_ids_from_input_ids)
-        offset = num("pad_token_id", int, 1) + 1 if model_type in ("roberta", "xlm-roberta") else 0
+        offset = f.count("pad_token_id", 1, lo=0) + 1 if model_type in ("roberta", "xlm-roberta") else 0
         max_length = positions - offset
-        st_cfg = _read_json(root / "sentence_bert_config.json", required=False)
+        st_path = root / "sentence_bert_config.json"
+        st_cfg = _read_json(st_path, required=False)
         if st_cfg.get("max_seq_length") is not None:
-            max_length = min(max_length, _positive(st_cfg["max_seq_length"], root / "sentence_bert_config.json",
-                                                   "max_seq_length"))
+            max_length = min(max_length, Fields(st_path, st_cfg).count("max_seq_length"))
         return _checked(cls(
-            vocab_size=num("vocab_size", int), dim=num("hidden_size", int), n_layers=num("num_hidden_layers", int),
-            n_heads=num("num_attention_heads", int), hidden_dim=num("intermediate_size", int),
-            max_positions=positions, type_vocab_size=num("type_vocab_size", int, 2),
-            norm_eps=num("layer_norm_eps", float, 1e-12), act=activation(cfg.get("hidden_act", "gelu"), str(path)),
+            vocab_size=f.count("vocab_size"), dim=f.count("hidden_size"), n_layers=f.count("num_hidden_layers", hi=1024),
+            n_heads=f.count("num_attention_heads"), hidden_dim=f.count("intermediate_size"),
+            max_positions=positions, type_vocab_size=f.count("type_vocab_size", 2),
+            norm_eps=f.real("layer_norm_eps", 1e-12, hi=1.0), act=activation(cfg.get("hidden_act", "gelu"), str(path)),
             pooling=pooling, normalize=normalize, max_length=max_length, position_offset=offset,
         ), str(path))
 
@@ -108,25 +102,22 @@ class BertConfig:
         if arch != "bert":
             raise Unsupported("bert", f"{path}: architecture {arch!r} is not 'bert'")
 
-        def field(key: str, default: Any = None) -> int:
-            full = key if key.startswith("tokenizer.") else f"bert.{key}"
-            value = meta.get(full, default)
-            if value is None:
-                raise FormatError(path, full, None, "required metadata key is missing")
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise FormatError(path, full, None, f"expected a non-negative integer, got {value!r}")
-            return value
+        fields = Fields(path, meta)
 
-        pooling_type = field("pooling_type", 1)
+        def field(key: str, default: Any = None, lo: int = 1) -> int:
+            full = key if key.startswith("tokenizer.") else f"bert.{key}"
+            if default is None:
+                return fields.count(full, lo=lo)
+            return fields.count(full, default, lo=lo)
+
+        pooling_type = field("pooling_type", 1, lo=0)
         if pooling_type not in GGUF_POOLING:
             what = {0: "none (one vector per token)", 4: "rank (a reranker's score)"}.get(pooling_type, "unknown")
             raise Unsupported("bert", f"{path}: bert.pooling_type {pooling_type} is {what}; braze embeds "
                                       f"sentences with {', '.join(f'{k} ({v})' for k, v in GGUF_POOLING.items())}")
         if meta.get("bert.attention.causal", False):
             raise Unsupported("bert", f"{path}: bert.attention.causal is true; a BERT encoder attends both ways")
-        eps = meta.get("bert.attention.layer_norm_epsilon", 1e-12)
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-            raise FormatError(path, "bert.attention.layer_norm_epsilon", None, f"expected a number, got {eps!r}")
+        eps = fields.real("bert.attention.layer_norm_epsilon", 1e-12, hi=1.0)
         context = field("context_length")
         tokens = meta.get("tokenizer.ggml.tokens")
         n_vocab = vocab_size if vocab_size is not None else len(tokens) if isinstance(tokens, list) else 0
@@ -141,7 +132,7 @@ class BertConfig:
 
 def activation(name: Any, path: str, field: str = "hidden_act") -> str:
     if not isinstance(name, str) or name not in ACTIVATIONS:
-        raise FormatError(path, field, None, f"activation {name!r} is not one braze runs "
+        raise FormatError(path, field, None, f"activation {short_repr(name)} is not one braze runs "
                                              f"(known: {', '.join(sorted(ACTIVATIONS))})")
     return ACTIVATIONS[name]
 
@@ -158,16 +149,12 @@ def _checked(c: BertConfig, path: str) -> BertConfig:
     return c
 
 
-def _read_json(path: Path, required: bool) -> dict[str, Any]:
-    if not path.exists() and not required:
+def _read_json(path: Path, required: bool, expect: type = dict) -> Any:
+    """A JSON file of the directory (``validate.read_json``: bounded, typed errors), or
+    ``{}`` for an optional one that is absent."""
+    if not path.exists() and not path.is_symlink() and not required:
         return {}
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise FormatError(str(path), path.name, None, f"cannot read it: {e}") from None
-    if not isinstance(value, (dict, list)):
-        raise FormatError(str(path), path.name, None, "expected a JSON object")
-    return value  # type: ignore[return-value]  # modules.json is a list
+    return read_json(path, expect)
 
 
 def _positive(value: Any, path: Path, field: str) -> int:
@@ -181,27 +168,29 @@ def _modules(root: Path) -> tuple[tuple[str, ...], bool]:
     pipeline after the encoder); without one, a bare Hugging Face directory: mean pooling
     from ``1_Pooling/config.json`` when present, no normalisation."""
     path = root / "modules.json"
-    modules: Any = _read_json(path, required=False)
     if not path.exists():
         pool = root / "1_Pooling" / "config.json"
         return (_pooling(pool) if pool.exists() else ("mean",)), False
-    if not isinstance(modules, list):
-        raise FormatError(str(path), "modules.json", None, "expected a list of modules")
+    modules = _read_json(path, required=True, expect=list)
     pooling: tuple[str, ...] | None = None
     normalize = False
     for i, m in enumerate(modules):
         kind = m.get("type") if isinstance(m, dict) else None
         if not isinstance(kind, str):
-            raise FormatError(str(path), f"[{i}].type", None, f"expected a module type, got {m!r}")
+            raise FormatError(str(path), f"[{i}].type", None, "expected a module type", value=m)
         short = kind.removeprefix(_ST)
         if short == "Transformer" and i == 0:
             continue
         if short == "Pooling" and pooling is None and not normalize:
-            pooling = _pooling(root / str(m.get("path", "1_Pooling")) / "config.json")
+            sub = Fields(path, m, f"[{i}].").text("path", "1_Pooling")
+            if not sub or Path(sub).is_absolute() or ".." in Path(sub).parts:
+                raise FormatError(str(path), f"[{i}].path", None, "must name a folder inside the model directory",
+                                  value=sub)
+            pooling = _pooling(root / sub / "config.json")
         elif short == "Normalize" and pooling is not None:
             normalize = True
         else:
-            raise Unsupported("bert", f"{path}: module {i} ({kind}) is not one braze runs; it runs "
+            raise Unsupported("bert", f"{path}: module {i} ({short_repr(kind)}) is not one braze runs; it runs "
                                       "Transformer, then Pooling, then Normalize or not")
     return pooling if pooling is not None else ("mean",), normalize
 
@@ -213,12 +202,13 @@ def _pooling(path: Path) -> tuple[str, ...]:
         name = {"mean_sqrt_len_tokens": "mean_sqrt_len", "weightedmean": "weightedmean"}.get(mode, mode)
         name = name.removesuffix("_tokens").removesuffix("_token")
         if name not in POOLING_MODES:
-            raise FormatError(str(path), "pooling_mode", None, f"unknown pooling mode {mode!r}")
+            raise FormatError(str(path), "pooling_mode", None, f"unknown pooling mode {short_repr(mode)}")
         return (name,)
     keys = {"cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens", "mean": "pooling_mode_mean_tokens",
             "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens",
             "weightedmean": "pooling_mode_weightedmean_tokens", "lasttoken": "pooling_mode_lasttoken"}
-    modes = tuple(m for m in POOLING_MODES if cfg.get(keys[m]))
+    flags = Fields(path, cfg)
+    modes = tuple(m for m in POOLING_MODES if flags.flag(keys[m], False))
     if not modes:
         raise FormatError(str(path), "pooling_mode_*", None, "no pooling mode is on")
     return modes

@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..dtypes import float32
-from ..errors import MissingWeight, Unsupported
+from ..errors import FormatError, MissingWeight, Unsupported
 from ..io.weights import GGUFWeights, WeightBuilder
 from ..nn import Attention, Embedding, KVCache, Linear, Module, ModuleList, RMSNorm, RotaryEmbedding, SwiGLU
 from ..tensor import Tensor
@@ -58,8 +58,15 @@ class LlamaConfig:
     def read(cls, m: ArchMeta, vocab_size: int) -> dict[str, Any]:
         """The fields every decoder reads the same way, as keyword arguments."""
         dim = m.int("embedding_length")
-        heads = m.int("attention.head_count")
+        heads = m.int("attention.head_count", hi=dim)
+        kv = m.int("attention.head_count_kv", heads, hi=heads)
+        if heads % kv:
+            raise m.error("attention.head_count_kv", kv, f"must divide attention.head_count ({heads})")
+        if not m.has("attention.key_length") and not m.has("rope.dimension_count") and dim % heads:
+            raise m.error("attention.head_count", heads, f"must divide embedding_length ({dim})")
         head_dim = m.int("attention.key_length", None) or m.int("rope.dimension_count", None) or dim // heads
+        if head_dim % 2:
+            raise m.error("rope.dimension_count", head_dim, "rotary pairs need an even head size")
         rope_dim = m.int("rope.dimension_count", head_dim)
         if rope_dim != head_dim:
             raise Unsupported("llama", f"{m.path}: partial rotary embeddings ({m.key('rope.dimension_count')} = "
@@ -78,13 +85,15 @@ class LlamaConfig:
             dim=dim,
             n_layers=m.int("block_count"),
             n_heads=heads,
-            n_kv_heads=m.int("attention.head_count_kv", heads),
+            n_kv_heads=kv,
             head_dim=head_dim,
             hidden_dim=m.int("feed_forward_length"),
-            norm_eps=m.float("attention.layer_norm_rms_epsilon", 1e-5),
-            rope_base=m.float("rope.freq_base", 10000.0),
+            norm_eps=m.float("attention.layer_norm_rms_epsilon", 1e-5, lo=0.0, hi=1.0),
+            rope_base=m.float("rope.freq_base", 10000.0, lo=0.0),
             rope_interleaved=INTERLEAVED_ROPE[m.arch],
-            rope_linear_scale=m.float("rope.scaling.factor", 1.0) if scaling == "linear" else 1.0,
+            rope_linear_scale=m.float("rope.scaling.factor", 1.0, lo=0.0) if scaling == "linear" else 1.0,
+            # generation sizes the KV cache and the rotary table by what it uses, so a
+            # large context costs nothing until a sequence is that long
             context_length=ctx,
             sliding_window=window if window is not None and window < ctx else None,
         )
@@ -94,6 +103,17 @@ class LlamaConfig:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in cls.read(ArchMeta(path, meta, str(meta["general.architecture"])),
                                                   vocab_size).items() if k in names})
+
+
+def _check_shapes(path: str, c: LlamaConfig, embd: tuple[int, ...], tensors: Mapping[str, Any]) -> None:
+    """The metadata against the tensors the header lists, before any is read."""
+    def bad(field: str, value: Any, why: str) -> FormatError:
+        return FormatError(path, f"{c.arch}.{field}", None, why, value=value)
+    if len(embd) != 2 or embd[1] != c.dim:
+        raise bad("embedding_length", c.dim, f"token_embd.weight has shape {embd}: its rows must be that wide")
+    blocks = {int(k.split(".")[1]) for k in tensors if k.startswith("blk.") and k.split(".")[1].isdigit()}
+    if any(i not in blocks for i in range(c.n_layers)):
+        raise bad("block_count", c.n_layers, f"the file has tensors for {len(blocks)} blocks")
 
 
 class Block(Module):
@@ -172,7 +192,9 @@ class Llama(Module):
                                             f"(known: {', '.join(cls.ARCHS)})")
         if "token_embd.weight" not in gguf.tensors:
             raise MissingWeight(path, "token_embd.weight", [])
-        c = cls.Config.from_gguf(path, gguf.metadata, gguf.tensors["token_embd.weight"].shape[0])
+        embd = gguf.tensors["token_embd.weight"].shape
+        c = cls.Config.from_gguf(path, gguf.metadata, embd[0] if len(embd) == 2 else 0)
+        _check_shapes(path, c, embd, gguf.tensors)
         vb = WeightBuilder(GGUFWeights(gguf, dequantize), on_load=progress)
         embed = Embedding.from_weights(vb.get("token_embd.weight", (c.vocab_size, c.dim)))
         rotary = cls.rotary(c, vb)
@@ -185,7 +207,11 @@ class Llama(Module):
     @classmethod
     def rotary(cls, c: LlamaConfig, vb: WeightBuilder) -> Any:
         """The rotary tables the blocks share (Llama 3: divided by ``rope_freqs``)."""
-        factors = vb.get("rope_freqs.weight", (c.head_dim // 2,)).numpy() if vb.contains("rope_freqs.weight") else None
+        factors = vb.get("rope_freqs.weight", (c.head_dim // 2,)).to(float32).numpy() \
+            if vb.contains("rope_freqs.weight") else None
+        if factors is not None and not (np.isfinite(factors).all() and (factors > 0).all()):
+            raise FormatError(vb.source.path, "rope_freqs.weight", None,
+                              "rotary frequency factors must be finite and positive")
         return RotaryEmbedding(c.head_dim, c.context_length, c.rope_base, c.rope_interleaved, c.rope_linear_scale,
                                None if factors is None else np.asarray(factors))
 

@@ -7,9 +7,11 @@ is touched.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 from ..errors import FormatError
+from ..io.validate import MAX_COUNT
 
 _REQUIRED: Any = object()
 
@@ -32,23 +34,31 @@ class ArchMeta:
             raise FormatError(self.path, full, None, "required metadata key is missing")
         return default
 
+    def error(self, key: str, value: Any, why: str) -> FormatError:
+        return FormatError(self.path, self.key(key), None, why, value=value)
+
     def _number(self, key: str, default: Any, kind: type) -> Any:
         value = self.get(key, default)
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not float(value).is_integer()):
-            raise FormatError(self.path, self.key(key), None, f"expected {kind.__name__}, got {value!r}")
+            raise self.error(key, value, f"expected {kind.__name__}, got {type(value).__name__}")
         return kind(value)
 
-    def int(self, key: str, default: Any = _REQUIRED) -> Any:
-        """An int (``None`` when absent and ``default`` is None)."""
+    def int(self, key: str, default: Any = _REQUIRED, hi: int = MAX_COUNT) -> Any:
+        """A count in ``[1, hi]`` (``None`` when absent and ``default`` is None): no
+        value a file holds sizes a table past what any real model has."""
         v = self._number(key, default, int)
-        if v is not None and v <= 0:
-            raise FormatError(self.path, self.key(key), None, f"expected a positive integer, got {v}")
+        if v is not None and not 1 <= v <= hi:
+            raise self.error(key, v, f"expected an integer in [1, {hi}]")
         return v
 
-    def float(self, key: str, default: Any = _REQUIRED) -> Any:
-        return self._number(key, default, float)
+    def float(self, key: str, default: Any = _REQUIRED, lo: float = -math.inf, hi: float = math.inf) -> Any:
+        """A finite number in ``(lo, hi]`` (a NaN epsilon or rope base is a broken file)."""
+        v = self._number(key, default, float)
+        if v is not None and not (math.isfinite(v) and lo < v <= hi):
+            raise self.error(key, v, f"expected a finite number in ({lo}, {hi}]")
+        return v
 
     def str(self, key: str, default: Any = _REQUIRED) -> Any:
         value = self.get(key, default)

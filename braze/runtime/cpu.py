@@ -14,9 +14,12 @@ The cache
     someone else is refused (one line on stderr) and braze compiles into a fresh
     private temp directory instead.
 
-    Each entry is ``<key>.so`` plus ``<key>.so.sha256``, the digest of the .so's bytes.
-    An entry is trusted only if its bytes match the sidecar and it loads; otherwise it
-    is removed and rebuilt. Writers compile into a unique temp file in the same
+    Each entry is ``<key>.so`` plus ``<key>.so.sha256``, which holds the key and the
+    digest of the .so's bytes. Every symbol a caller asks for is exported as
+    ``<name>_<key[:16]>`` (a ``#define`` before the source), so the entry's name is in
+    the code itself. An entry is trusted only if the sidecar names this key, its bytes
+    match the sidecar, it loads, and it exports the symbols under this key; otherwise
+    it is removed and rebuilt: another kernel's entry swapped in never runs. Writers compile into a unique temp file in the same
     directory and ``os.replace`` it into place (sidecar first), under an exclusive
     ``flock`` on ``<key>.lock``, so processes racing on one kernel compile it once and
     the others load the result; readers of a valid entry take no lock.
@@ -239,12 +242,15 @@ def _braze_version() -> str:
     return str(version)
 
 
-def cache_key(source: str, flags: Sequence[str] = FLAGS, *, version: str | None = None) -> str:
-    """The sha256 naming the shared object built from ``source`` with ``flags``."""
+def cache_key(source: str, flags: Sequence[str] = FLAGS, *, version: str | None = None,
+              symbols: Sequence[str] = ()) -> str:
+    """The sha256 naming the shared object built from ``source`` with ``flags``,
+    exporting ``symbols`` (under this key: ``tagged_source``)."""
     cc = _compiler()
     h = sha256()
     for part in (
-        "braze-cpu-cache-v1",
+        "braze-cpu-cache-v2",
+        "\0".join(sorted(set(symbols))),
         version if version is not None else _braze_version(),
         _compiler_identity(cc),
         _cpu_identity(),
@@ -412,6 +418,18 @@ _ARGTYPES: dict[str, Any] = {
 }
 
 
+def symbol_tag(key: str) -> str:
+    """The suffix every exported symbol of the entry ``key`` carries."""
+    return key[:16]
+
+
+def tagged_source(source: str, symbols: Sequence[str], key: str) -> str:
+    """``source`` with each of ``symbols`` renamed ``<name>_<tag>`` by the preprocessor."""
+    tag = symbol_tag(key)
+    defines = "".join(f"#define {name} {name}_{tag}\n" for name in sorted(set(symbols)))
+    return f"{defines}#line 1\n{source}"
+
+
 class CompiledLibrary:
     """A loaded shared object and the kernels it exports.
 
@@ -424,7 +442,11 @@ class CompiledLibrary:
         self.cdll = cdll
         self.path = path
         self.key = key
+        self.tag = symbol_tag(key)
         self.functions: dict[str, Any] = {}
+
+    def _symbol(self, name: str) -> Any:
+        return self.cdll[f"{name}_{self.tag}"]
 
     def _resolve(self, names: Sequence[str]) -> None:
         missing = []
@@ -432,7 +454,7 @@ class CompiledLibrary:
             if name in self.functions:
                 continue
             try:
-                self.functions[name] = self.cdll[name]
+                self.functions[name] = self._symbol(name)
             except AttributeError:
                 missing.append(name)
         if missing:
@@ -445,7 +467,7 @@ class CompiledLibrary:
 
     def function(self, name: str, argtypes: Sequence[Any], restype: Any = None) -> Any:
         try:
-            fn = self.cdll[name]  # a new function object: argtypes are not shared
+            fn = self._symbol(name)  # a new function object: argtypes are not shared
         except AttributeError:
             raise CompileError(f"compiled library {self.path} does not export {name}") from None
         fn.argtypes = [_ARGTYPES[a] if isinstance(a, str) else a for a in argtypes]
@@ -467,23 +489,37 @@ def _clear_memory_cache() -> None:
         _loaded.clear()
 
 
-def _try_load(so: Path) -> tuple[ctypes.CDLL | None, str | None]:
+def _sidecar(key: str, data: bytes) -> str:
+    return f"{key} {sha256(data).hexdigest()}\n"
+
+
+def _try_load(so: Path, key: str, symbols: Sequence[str]) -> tuple[ctypes.CDLL | None, str | None]:
     """(library, None) for a valid entry, (None, None) when absent, (None, why) if corrupt."""
     try:
         data = so.read_bytes()
     except FileNotFoundError:
         return None, None
     try:
-        want = Path(f"{so}.sha256").read_text().strip()
-    except FileNotFoundError:
-        return None, "its sha256 sidecar is missing"
-    if sha256(data).hexdigest() != want:
-        return None, "its bytes do not match its sha256 sidecar"
+        recorded = Path(f"{so}.sha256").read_text()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None, "its sha256 sidecar is missing or unreadable"
+    if recorded != _sidecar(key, data):
+        return None, "its sidecar does not name this entry and the digest of its bytes"
+    tag = symbol_tag(key)
+    for name in symbols:
+        # before dlopen: another kernel's object is never loaded (nor, once loaded,
+        # could its path be loaded again: the loader would hand back the old handle)
+        if f"{name}_{tag}\0".encode() not in data:
+            return None, f"it does not export {name} under this entry's key (another kernel's object)"
     _configure_openmp()
     try:
-        return ctypes.CDLL(str(so)), None
+        cdll = ctypes.CDLL(str(so))
     except OSError as e:
         return None, f"dlopen failed: {e}"
+    for name in symbols:
+        if not hasattr(cdll, f"{name}_{tag}"):
+            return None, f"it does not export {name} under this entry's key (another kernel's object)"
+    return cdll, None
 
 
 def _source_head(source: str) -> str:
@@ -493,7 +529,7 @@ def _source_head(source: str) -> str:
     return head + (f"\n      ... ({more} more lines)" if more > 0 else "")
 
 
-def _build(cc: list[str], flags: Sequence[str], source: str, directory: Path, so: Path) -> None:
+def _build(cc: list[str], flags: Sequence[str], source: str, directory: Path, so: Path, key: str) -> None:
     if _debug_level() >= 2:
         print(f"braze: compiling {so.name}:\n{source}", file=sys.stderr, flush=True)
     fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{so.stem[:16]}-", suffix=".so.tmp")
@@ -514,7 +550,7 @@ def _build(cc: list[str], flags: Sequence[str], source: str, directory: Path, so
                 f"--- source (first {_SOURCE_LINES_IN_ERROR} lines) ---\n{_source_head(source)}"
             )
         data = tmp.read_bytes()
-        sidecar_tmp.write_text(sha256(data).hexdigest() + "\n")
+        sidecar_tmp.write_text(_sidecar(key, data))
         os.replace(sidecar_tmp, f"{so}.sha256")
         os.replace(tmp, so)
     finally:
@@ -530,7 +566,7 @@ def compile_c(source: str, symbol_names: Sequence[str], flags: Sequence[str] | N
     """
     flags = tuple(FLAGS if flags is None else flags)
     cc = _compiler()
-    key = cache_key(source, flags)
+    key = cache_key(source, flags, symbols=symbol_names)
     with _loaded_lock:
         lib = _loaded.get(key)
         if lib is None:
@@ -540,36 +576,37 @@ def compile_c(source: str, symbol_names: Sequence[str], flags: Sequence[str] | N
             with _loaded_lock:
                 lib = _loaded.get(key)
             if lib is None:
-                lib = _load_or_build(cc, flags, source, key)
+                lib = _load_or_build(cc, flags, source, key, symbol_names)
                 with _loaded_lock:
                     _loaded[key] = lib
     lib._resolve(symbol_names)
     return lib
 
 
-def is_cached(source: str, flags: Sequence[str] | None = None) -> bool:
-    """Would ``compile_c(source)`` find a built object (loaded in this process, or in
-    the cache directory) rather than compile?"""
-    key = cache_key(source, tuple(FLAGS if flags is None else flags))
+def is_cached(source: str, symbol_names: Sequence[str], flags: Sequence[str] | None = None) -> bool:
+    """Would ``compile_c(source, symbol_names)`` find a built object (loaded in this
+    process, or in the cache directory) rather than compile?"""
+    key = cache_key(source, tuple(FLAGS if flags is None else flags), symbols=symbol_names)
     with _loaded_lock:
         if key in _loaded:
             return True
     return (cache_dir() / f"{key}.so").exists()
 
 
-def _load_or_build(cc: list[str], flags: Sequence[str], source: str, key: str) -> CompiledLibrary:
+def _load_or_build(cc: list[str], flags: Sequence[str], source: str, key: str,
+                   symbols: Sequence[str]) -> CompiledLibrary:
     directory = cache_dir()
     so = directory / f"{key}.so"
-    cdll, _ = _try_load(so)  # fast path: a valid entry needs no lock
+    cdll, _ = _try_load(so, key, symbols)  # fast path: a valid entry needs no lock
     if cdll is None:
         with _file_lock(directory / f"{key}.lock"):  # processes: one compiles, the others wait
-            cdll, corrupt = _try_load(so)
+            cdll, corrupt = _try_load(so, key, symbols)
             if corrupt is not None:
                 _warn_once(f"corrupt:{so}", f"braze: cache entry {so} is corrupt ({corrupt}): rebuilding it")
                 _remove(so, Path(f"{so}.sha256"))
             if cdll is None:
-                _build(cc, flags, source, directory, so)
-                cdll, corrupt = _try_load(so)
+                _build(cc, flags, tagged_source(source, symbols, key), directory, so, key)
+                cdll, corrupt = _try_load(so, key, symbols)
                 if cdll is None:
                     raise CompileError(f"the freshly compiled {so} does not load: {corrupt}")
     return CompiledLibrary(cdll, so, key)

@@ -13,7 +13,7 @@ import weakref
 
 import numpy as np
 
-from ..errors import OutOfMemory
+from ..errors import InvalidArgument, OutOfMemory
 from ..stats import COUNTERS
 
 _limit: int | None = None
@@ -22,6 +22,10 @@ _limit: int | None = None
 def set_memory_limit(nbytes: int | None) -> None:
     """Cap the bytes of tensor data braze may hold at once (None: no cap)."""
     global _limit
+    if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer))):
+        raise InvalidArgument("set_memory_limit", f"expected a number of bytes (int) or None, got {nbytes!r}")
+    if nbytes is not None and nbytes < 0:
+        raise InvalidArgument("set_memory_limit", f"a limit of {nbytes} bytes is negative")
     _limit = None if nbytes is None else int(nbytes)
 
 
@@ -52,10 +56,31 @@ def limited() -> bool:
     return _limit is not None
 
 
+_machine: int | None = None
+
+
+def machine_bytes() -> int:
+    """RAM and swap together: no request larger can ever be met, budget or not (read
+    once; 2**63 when /proc says nothing)."""
+    global _machine
+    if _machine is None:
+        total = 0
+        try:
+            with open("/proc/meminfo") as f:
+                for line in f:
+                    if line.startswith(("MemTotal:", "SwapTotal:")):
+                        total += int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            pass
+        _machine = total or 2**63
+    return _machine
+
+
 def check(nbytes: int, op: str | None = None) -> None:
     """Raise OutOfMemory now if ``nbytes`` cannot fit: used when an op is recorded, so
-    an absurd request fails at the user's line rather than at the flush."""
-    if _limit is not None and nbytes > available():
+    an absurd request (or a shape whose size overflows) fails at the user's line rather
+    than as numpy's MemoryError or ValueError at the flush."""
+    if nbytes > machine_bytes() or (_limit is not None and nbytes > available()):
         raise OutOfMemory(nbytes, available(), "cpu", op=op)
 
 
