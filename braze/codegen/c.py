@@ -175,6 +175,18 @@ def _const(value: Any, d: DType) -> str:
     return f"INT64_C({int(value)})" if d is dt.int64 else str(int(value))
 
 
+def _float_to_int(a: str, src: DType, d: DType) -> str:
+    """float -> int as the reference defines it (``ops/elementwise.float_to_int``): nan
+    0, truncation toward zero inside the range, saturation outside (C leaves the edges
+    undefined). A limit that rounds up in the float type is the first value outside."""
+    import numpy as np
+    info = np.iinfo(d.np)
+    f = vtype(src)
+    mn, mx = ("INT64_MIN", "INT64_MAX") if d is dt.int64 else (str(info.min), str(info.max))
+    t = CTYPE[d.name]
+    return f"(({a} != {a}) ? ({t})0 : {a} <= ({f}){mn} ? ({t}){mn} : {a} >= ({f}){mx} ? ({t}){mx} : ({t}){a})"
+
+
 def _round(expr: str, d: DType) -> str:
     """Round a float result to a half type, as the reference stores it."""
     if d is dt.float16:
@@ -261,7 +273,8 @@ class Renderer:
         if e.name == "where":
             text = _sel(e.dtype, args[0], args[1], args[2])
         elif e.name == "cast":
-            text = f"({args[0]} != 0)" if e.dtype is dt.bool_ else args[0]
+            text = f"({args[0]} != 0)" if e.dtype is dt.bool_ else \
+                _float_to_int(args[0], src, e.dtype) if src.is_floating_point and e.dtype.is_integer else args[0]
         elif e.name == "exp" and self.fast is not None and src is dt.float32:
             self.fast.append(args[0])
             text = f"braze__exp_normal({args[0]})"

@@ -6,8 +6,8 @@ creation ops lower to constants and coordinates. Ops without a lowering here (ma
 sort, gather, ...) run as extern steps inside a plan, between fused kernels.
 
 A lowering may refuse by returning None for a particular dtype or attribute, when the
-C code would not reproduce the reference bit for bit in meaning (float->int casts of
-out-of-range values, integer division by zero, float floor division): those nodes then
+C code would not reproduce the reference bit for bit in meaning (integer division by
+zero, float floor division): those nodes then
 run as extern steps, and ``BRAZE_DEBUG=1`` says so.
 """
 
@@ -58,9 +58,7 @@ def _int_division(name: str) -> Lowering:
 
 
 def _cast(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | None:
-    src = args[0].dtype
-    if out.is_integer and src.is_floating_point:
-        return None  # out-of-range float -> int is undefined in C
+    # float -> int saturates and maps nan to 0, as the reference defines it (codegen/c.py)
     return ir.Op("cast", tuple(args), out)
 
 
