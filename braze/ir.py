@@ -131,6 +131,9 @@ class Load:
     #: ``(coord, lo, hi)``: the load is valid only where ``lo <= coord < hi`` and reads 0
     #: elsewhere (cat and pad read each input only inside its own range of the output).
     when: tuple[tuple[int, int, int], ...] = ()
+    #: ``(i, stride)``: data-dependent terms added to the index (a gather's), each ``i``
+    #: an int64 ``checked`` Op (``checked``), so it never points outside the dim it picks in
+    at: tuple[tuple["Expr", int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,9 @@ class Kernel:
     inner: tuple[int, ...]
     stages: list[Stage] = field(default_factory=list)
     args: list[tuple[DType, bool]] = field(default_factory=list)  # (dtype, written)
+    #: the bounds checks of its gathers (``checked`` Ops, numbered in this order): per
+    #: check, the (node, op, dim) an index outside names (``numbered_checks``)
+    checks: tuple[tuple[int, str, int], ...] = ()
 
     @property
     def ndim(self) -> int:
@@ -238,10 +244,13 @@ class Kernel:
 
 
 def walk(e: Expr) -> Any:
-    """Every node of an expression, children first."""
+    """Every node of an expression, children first (a gather's index terms too)."""
     if isinstance(e, Op):
         for a in e.args:
             yield from walk(a)
+    elif isinstance(e, Load):
+        for i, _ in e.at:
+            yield from walk(i)
     elif isinstance(e, Dot):
         yield e.a
         yield e.b
@@ -253,6 +262,46 @@ def mapped(e: Expr, leaf: Callable[[Expr], Expr]) -> Expr:
     if isinstance(e, Op):
         return Op(e.name, tuple(mapped(a, leaf) for a in e.args), e.dtype, e.attrs)
     return leaf(e)
+
+
+def checked(i: Expr, size: int, node: int, op: str, dim: int) -> Op:
+    """Index ``i`` (int64) if ``0 <= i < size``; otherwise the kernel records the check
+    failed (the runtime raises ``IndexOutOfRange`` naming ``op``, the value and the
+    size after the kernel) and reads at 0: never outside the dim. ``node`` is renumbered
+    to the kernel's check ordinal when its group closes (``numbered_checks``)."""
+    return Op("checked", (i, Const(size, i.dtype)), i.dtype, (("node", node), ("op", op), ("dim", dim)))
+
+
+def numbered_checks(stages: list[Stage]) -> tuple[list[Stage], tuple[tuple[int, str, int], ...]]:
+    """``stages`` with each ``checked`` Op's node replaced by its ordinal in the kernel
+    (so identical kernels at other nodes render alike), and the table of what each names."""
+    table: list[tuple[int, str, int]] = []
+
+    def op(e: Expr) -> Expr:
+        if isinstance(e, Op):
+            args = tuple(op(a) for a in e.args)
+            attrs = dict(e.attrs)
+            if e.name == "checked" and "node" in attrs:
+                entry = (attrs.pop("node"), attrs["op"], attrs["dim"])
+                if entry not in table:
+                    table.append(entry)
+                attrs["check"] = table.index(entry)
+            return Op(e.name, args, e.dtype, tuple(attrs.items()))
+        if isinstance(e, Load) and e.at:
+            return Load(e.arg, e.index, e.dtype, e.when, tuple((op(i), s) for i, s in e.at))
+        return e
+
+    if not any(isinstance(n, Op) and n.name == "checked" for st in stages for x in stage_exprs(st) for n in walk(x)):
+        return stages, ()
+    out: list[Stage] = []
+    for st in stages:
+        if isinstance(st, Reduce):
+            out.append(Reduce(st.op, op(st.expr), st.dtype, st.repair))
+        elif isinstance(st, (Store, StoreRow)):
+            out.append(type(st)(st.arg, st.index, op(st.expr)))
+        else:
+            out.append(st)
+    return out, tuple(table)
 
 
 def stage_exprs(s: Stage) -> list[Expr]:

@@ -67,3 +67,134 @@ def test_a_float_to_int_cast_is_fused_at_every_shape(monkeypatch: Any) -> None:
     a = (rng.standard_normal((40, 30)) * 100).astype(np.float32)
     _, st = both(lambda x: x.T[::2].to(braze.int16), a, monkeypatch=monkeypatch)
     assert st["kernel_launches"] == 1
+
+
+# -- gathers: gather, take_along_dim, index_select and embeddings ---------------------------------
+
+GATHER_SHAPES = [((6, 5), (4, 3)), ((17, 40), (17, 9)), ((3, 70, 9), (2, 50, 9))]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "bool"])
+@pytest.mark.parametrize("idt", [np.int64, np.int32])
+def test_gather_matches_the_reference_at_every_shape(dtype: str, idt: Any, monkeypatch: Any) -> None:
+    rng = np.random.default_rng(1)
+    for xs, ish in GATHER_SHAPES:
+        x = (rng.standard_normal(xs) * 4).astype(getattr(braze, dtype).np)
+        idx = rng.integers(0, xs[1], ish).astype(idt)
+        got, st = both(lambda a, i: a.gather(1, i), x, idx, monkeypatch=monkeypatch)
+        sub = x[tuple(slice(0, n) for n in ish[:1])]
+        np.testing.assert_array_equal(got[0], np.take_along_axis(sub[:, :, :ish[2]] if len(ish) == 3 else sub,
+                                                                 idx.astype(np.int64), 1))
+        if compiler_available():
+            assert st["kernel_launches"] == 1
+
+
+@needs_cc
+def test_a_gather_takes_its_index_producer_and_consumer_into_its_kernel(monkeypatch: Any) -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((30, 50)).astype(np.float32)
+    idx = rng.integers(0, 25, (30, 20))
+    # the index computed in the kernel (+ 3), the result scaled: one kernel
+    _, st = both(lambda a, i: (a.gather(1, i + 3) * 2).abs() - 1, x, idx, monkeypatch=monkeypatch)
+    assert st["kernel_launches"] == 1
+    # a source the flush computes is stored first (it is read at data-dependent places)
+    _, st = both(lambda a, i: (a * 3).gather(1, i) + 1, x, idx, monkeypatch=monkeypatch)
+    assert st["kernel_launches"] == 2
+
+
+def test_gather_of_non_contiguous_views(monkeypatch: Any) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((40, 30)).astype(np.float32)
+    idx = rng.integers(0, 20, (30, 40))
+    got, _ = both(lambda a, i: a.T[:, ::2].gather(1, i[::2, 1::2].T.T), x, idx, monkeypatch=monkeypatch)
+    np.testing.assert_array_equal(got[0], np.take_along_axis(x.T[:15, ::2], idx[::2, 1::2], 1))
+
+
+@pytest.mark.parametrize("dim, ishape", [(0, (3, 4, 1)), (1, (5, 3, 7)), (-1, (1, 4, 3)), (None, (6,))])
+def test_take_along_dim_broadcasts_as_pytorch(dim: int | None, ishape: tuple[int, ...], monkeypatch: Any) -> None:
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((5, 1, 7)).astype(np.float32)
+    idx = rng.integers(0, 35 if dim is None else x.shape[dim], ishape)
+    got, _ = both(lambda a, i: braze.take_along_dim(a, i, dim) * 2, x, idx, monkeypatch=monkeypatch)
+    if dim is None:
+        want = np.take_along_axis(x.reshape(-1), idx, 0)
+    else:
+        d = dim % 3
+        shape = np.broadcast_shapes(x.shape[:d] + (1,) + x.shape[d + 1:], idx.shape[:d] + (1,) + idx.shape[d + 1:])
+        xb = np.broadcast_to(x, shape[:d] + (x.shape[d],) + shape[d + 1:])
+        ib = np.broadcast_to(idx, shape[:d] + (idx.shape[d],) + shape[d + 1:])
+        want = np.take_along_axis(xb, ib, d)
+    np.testing.assert_array_equal(got[0], want * 2)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64"])
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_index_select_at_every_dim_and_shape(dtype: str, dim: int, monkeypatch: Any) -> None:
+    rng = np.random.default_rng(5)
+    for shape in [(4, 5, 6), (9, 3, 300), (2, 40, 33)]:
+        x = (rng.standard_normal(shape) * 5).astype(getattr(braze, dtype).np)
+        idx = rng.integers(0, shape[dim], (7,))
+        got, st = both(lambda a, i: a.index_select(dim, i) * 2, x, idx, monkeypatch=monkeypatch)
+        if dtype != "bfloat16":  # (the reference's own bfloat16 rounding is checked by both)
+            np.testing.assert_array_equal(got[0], np.take(x, idx, axis=dim) * 2)
+        if compiler_available():
+            assert st["kernel_launches"] == 1
+
+
+@needs_cc
+def test_an_embedding_and_its_scale_are_one_kernel(monkeypatch: Any) -> None:
+    import braze.nn.functional as F
+    rng = np.random.default_rng(6)
+    for vocab, d, n in [(50, 64, (2, 3)), (100, 2048, (1, 7)), (30, 300, (4,))]:
+        w = rng.standard_normal((vocab, d)).astype(np.float32)
+        ids = rng.integers(0, vocab, n)
+        got, st = both(lambda ww, i: F.embedding(i, ww) * 8.0, w, ids, monkeypatch=monkeypatch)
+        np.testing.assert_array_equal(got[0], w[ids] * 8.0)
+        assert st["kernel_launches"] == 1
+
+
+# -- bounds checks ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fusion", ["0", "1"])
+@pytest.mark.parametrize("shift", [-3, 10, 1 << 40, -(1 << 40)])
+def test_indices_out_of_range_raise_in_the_kernel_and_read_nothing_outside(fusion: str, shift: int,
+                                                                           monkeypatch: Any) -> None:
+    """Indices computed in the flush (so the recording cannot check them) outside the
+    dim raise ``IndexOutOfRange`` naming the op, the value and the size; a kernel reads
+    at 0 instead (an index of 2^40 would crash the process if it were read)."""
+    import braze.nn.functional as F
+    monkeypatch.setenv("BRAZE_FUSION", fusion)
+    x = braze.from_numpy(np.arange(40, dtype=np.float32).reshape(8, 5))
+    before = x * 2
+    cases = [("gather", lambda i: x.gather(1, i.reshape(1, 3).expand(8, 3)) + 1, 5),
+             ("index_select", lambda i: F.embedding(i, x) * 3, 8),
+             ("gather", lambda i: braze.take_along_dim(x, i.reshape(1, 3), 1), 5)]
+    for op, fn, size in cases:
+        idx = braze.arange(3) + shift  # 3 + shift - 1 ... the largest, or the most negative, is out
+        bad = fn(idx)
+        later = bad - 1
+        with pytest.raises(IndexOutOfRange) as info:
+            later.numpy()
+        assert info.value.op == op and info.value.size == size
+        # the value the reference names: the most negative index, else the largest
+        assert info.value.index == (shift if shift < 0 else shift + 2), str(info.value)
+        assert f"index {info.value.index} out of range for dimension" in str(info.value)
+        with pytest.raises(braze.BrazeError):
+            bad.numpy()
+        np.testing.assert_array_equal(before.numpy(), np.arange(40, dtype=np.float32).reshape(8, 5) * 2)
+        assert (fn(braze.arange(3)) * 1).numpy().size  # the stream goes on
+
+
+@needs_cc
+def test_a_replayed_plan_checks_indices_written_in_place(monkeypatch: Any) -> None:
+    import braze.nn.functional as F
+    monkeypatch.setenv("BRAZE_FUSION", "1")
+    w = braze.from_numpy(np.ones((10, 16), np.float32))
+    ids = braze.tensor([1, 2, 3])
+    for _ in range(2):
+        assert (F.embedding(ids, w) * 2).numpy().sum() == 96
+    ids[1] = 12  # pending: the recording cannot read it, the kernel checks it
+    with pytest.raises(IndexOutOfRange, match="index 12 out of range for dimension 0 of size 10"):
+        (F.embedding(ids, w) * 2).numpy()
+    ids[1] = 9
+    assert (F.embedding(ids, w) * 2).numpy().sum() == 96

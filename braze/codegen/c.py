@@ -20,7 +20,7 @@ from typing import Any, Callable
 from .. import dtypes as dt
 from .. import ir
 from ..dtypes import DType
-from . import quant
+from . import checks, quant
 from .headers import header
 
 CTYPE = {
@@ -233,8 +233,10 @@ class Renderer:
                 terms.append(c if k == 1 else f"{c} * {k}")
         return " + ".join(terms) or "0"
 
-    def load(self, arg: int, a: ir.Affine, d: DType, when: tuple[tuple[int, int, int], ...] = ()) -> str:
-        raw = f"a{arg}[{self.index(a)}]"
+    def load(self, arg: int, a: ir.Affine, d: DType, when: tuple[tuple[int, int, int], ...] = (),
+             at: tuple[tuple[ir.Expr, int], ...] = ()) -> str:
+        index = " + ".join([self.index(a)] + [f"{self.expr(i)} * {s}" for i, s in at])
+        raw = f"a{arg}[{index}]"
         if when:  # read only inside the range (outside, the index may point anywhere)
             cond = " && ".join(f"{self.coords[c]} >= {lo} && {self.coords[c]} < {hi}" for c, lo, hi in when)
             raw = f"(({cond}) ? {raw} : 0)"
@@ -257,7 +259,7 @@ class Renderer:
         if name is not None:
             return name
         if isinstance(e, ir.Load):
-            text = self.load(e.arg, e.index, e.dtype, e.when)
+            text = self.load(e.arg, e.index, e.dtype, e.when, e.at)
         elif isinstance(e, ir.Op):
             text = self.op(e)
         else:  # a Dot is rendered by the chain kernel, which names its tile value
@@ -272,6 +274,8 @@ class Renderer:
         src = e.args[0].dtype if e.args else e.dtype
         if e.name == "where":
             text = _sel(e.dtype, args[0], args[1], args[2])
+        elif e.name == "checked":
+            text = checks.render(e, args)
         elif e.name == "cast":
             text = f"({args[0]} != 0)" if e.dtype is dt.bool_ else \
                 _float_to_int(args[0], src, e.dtype) if src.is_floating_point and e.dtype.is_integer else args[0]
@@ -458,7 +462,7 @@ def _hoist(k: ir.Kernel, lines: list[str]) -> dict[ir.Expr, str]:
     out: dict[ir.Expr, str] = {}
     r = Renderer([])
     for n in (n for s in k.stages for e in ir.stage_exprs(s) for n in ir.walk(e)):
-        if isinstance(n, ir.Load) and not any(n.index.coeffs) and not n.when and n not in out:
+        if isinstance(n, ir.Load) and not any(n.index.coeffs) and not n.when and not n.at and n not in out:
             out[n] = f"s{len(out)}"
             lines.append(f"    const {vtype(n.dtype)} {out[n]} = {r.load(n.arg, n.index, n.dtype)};")
     return out
@@ -661,7 +665,7 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str, sizes: int = 
                                     f"    if ({_footprint(k)} >= {llc_bytes()}) {name}_s(args, nthreads);",
                                     f"    else {name}_p(args, nthreads);", "}"])
     lines = [f"void {name}(void **args, int64_t nthreads) {{", *_pointers(k.args)]
-    lines += sized
+    lines += sized + checks.err_pointer(k, sizes)
     rows = prod(k.outer)
     row_len = prod(k.inner)
     if rows == 0:  # no row to compute (and a size-0 dim must not reach a % 0)
@@ -723,6 +727,9 @@ def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, str
             out.append(f"{ind}}}")
         return out
 
+    # gathers' row-constant index checks, once per row (their loops then vectorise)
+    row_checked, hoisted = checks.hoisted_rows(k, Renderer(coords, prefix="g", n_outer=n_out, hoisted=hoisted), hoisted)
+    lines += [body_indent + t for t in row_checked]
     rolled = _rolling(k, passes, coords, n_out, hoisted)
     if rolled:
         lines += [body_indent + t for t in rolled]
@@ -844,6 +851,6 @@ def _streamed_loop(k: ir.Kernel, coords: list[str], elem: Renderer, ind: str) ->
 
 def module_source(kernel_sources: list[str]) -> str:
     """One C translation unit holding the given kernels' sources."""
-    return "\n".join([header("cmath.h"), header("tile.h"), PRELUDE, quant.instantiations(kernel_sources)]
+    return "\n".join([header("cmath.h"), header("tile.h"), PRELUDE, checks.PRELUDE, quant.instantiations(kernel_sources)]
                      + kernel_sources) + "\n"
 

@@ -79,14 +79,15 @@ def _reindexed(k: ir.Kernel, outer: tuple[int, ...], inner: tuple[int, ...],
         else:
             assert isinstance(st, (ir.Store, ir.StoreRow))
             stages.append(replace(st, index=affine(st.index), expr=ir.mapped(st.expr, leaf)))
-    return ir.Kernel(outer, inner, stages, k.args)
+    return ir.Kernel(outer, inner, stages, k.args, k.checks)
 
 
 def canonical(k: ir.Kernel) -> ir.Kernel:
     """The same kernel over the fewest loops (see the module's doc); ``k`` itself when
     it reads a coordinate or has repair terms (a rolling reduction), left as it is."""
-    if _pinned(k) or any(isinstance(st, ir.Reduce) and st.repair is not None for st in k.stages):
-        return k
+    if _pinned(k) or any(isinstance(st, ir.Reduce) and st.repair is not None for st in k.stages) \
+            or any(isinstance(n, ir.Load) and n.at for st in k.stages for e in ir.stage_exprs(st) for n in ir.walk(e)):
+        return k  # (a gather's index terms are left as they are)
     indices = list(dict.fromkeys(_indices(k)))
     dims = list(k.outer) + list(k.inner)
     n_out = len(k.outer)
@@ -170,7 +171,9 @@ def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
     def load(e: ir.Load) -> ir.Load:  # a cat's or pad's range too: where its input lies
         when = tuple((c, spelled(lo, (e.arg, e.index, c, "lo")), spelled(hi, (e.arg, e.index, c, "hi")))
                      for c, lo, hi in e.when)
-        return replace(e, index=affine(e.index, e.arg), when=when)
+        # a gather's terms: its index (loads, and the checked size) and the stride it picks along
+        at = tuple((mapped(i), spelled(st, (e.arg, e.index, "at", j))) for j, (i, st) in enumerate(e.at))
+        return replace(e, index=affine(e.index, e.arg), when=when, at=at)
 
     def expr(e: ir.Expr) -> ir.Expr:
         if isinstance(e, ir.Load):
@@ -195,5 +198,5 @@ def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
                                   post=mapped(st.post), repair=mapped(st.repair)))
         else:
             return None
-    out = ir.Kernel(tuple(names[:len(k.outer)]), tuple(names[len(k.outer):]), stages, k.args)
+    out = ir.Kernel(tuple(names[:len(k.outer)]), tuple(names[len(k.outer):]), stages, k.args, k.checks)
     return out, tuple(values + extra)

@@ -2,8 +2,9 @@
 
 An element-wise op lowers to an ``ir.Op`` over its operands' expressions; a reduction
 lowers to a ``ReduceSpec`` (the fold and what to do with the folded value per row);
-creation ops lower to constants and coordinates. Ops without a lowering here (matmul,
-sort, gather, ...) run as extern steps inside a plan, between fused kernels.
+creation ops lower to constants and coordinates; gathers to loads at a checked,
+data-dependent index. Ops without a lowering here (matmul, sort, ...) run as extern
+steps inside a plan, between fused kernels.
 
 A lowering may refuse by returning None for a particular dtype or attribute, when the
 C code would not reproduce the reference bit for bit in meaning (integer division by
@@ -146,6 +147,26 @@ def _pad(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | No
     return load if cond is None else ir.Op("where", (cond, load, fill), out)
 
 
+#: Ops that read their first input at a data-dependent index along ``attrs["dim"]``: the
+#: scheduler loads that input without the dim's coordinate (``in_strides`` says its
+#: stride) and the lowering adds the checked index term (``ir.Load.at``).
+GATHERS = frozenset({"gather", "index_select"})
+
+
+def _gather(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | None:
+    """``gather`` (and ``index_select``, whose 1-d index the scheduler reads along the
+    output's ``dim``): x at the output's coordinates but along ``dim``, where it reads
+    the index tensor's value, bounds-checked in the kernel (``ir.checked``)."""
+    x, idx = args
+    d = attrs["dim"]
+    shape = attrs["in_shapes"][0]
+    if not isinstance(x, ir.Load) or x.when or not shape:
+        return None
+    i = idx if idx.dtype is dt.int64 else ir.Op("cast", (idx,), dt.int64)
+    sel = ir.checked(i, shape[d], attrs["node"], attrs["op"], d)
+    return ir.Load(x.arg, x.index, x.dtype, x.when, x.at + ((sel, attrs["in_strides"][0][d]),))
+
+
 def _full(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr:
     return ir.Const(attrs["value"], out)
 
@@ -183,6 +204,8 @@ def install() -> None:
         REGISTRY[name].lower = _reduce(name)
     REGISTRY["cat"].lower = _cat
     REGISTRY["pad"].lower = _pad
+    for name in GATHERS:
+        REGISTRY[name].lower = _gather
     REGISTRY["full"].lower = _full
     REGISTRY["arange"].lower = _arange
 

@@ -35,7 +35,7 @@ from typing import Any, Sequence
 from .. import dtypes as dt
 from .. import ir
 from ..layout import Layout, Shape
-from ..ops.lowering import REDUCTIONS, ReduceSpec
+from ..ops.lowering import GATHERS, REDUCTIONS, ReduceSpec
 from . import dce
 from . import recompute
 from . import chain
@@ -327,17 +327,36 @@ class Scheduler:
             return "row", g.row_shapes[shape]
         return None
 
+    @staticmethod
+    def view(node: Any, j: int, dim_map: Sequence[int | None]) -> tuple[Layout, Sequence[int | None]]:
+        """How input ``j`` of a node is read in the group: its layout and the group
+        coordinate of each of its dims. A gather's source is read without its gathered
+        dim (the lowering adds the index term); ``index_select``'s 1-d index runs along
+        the output's ``dim``."""
+        o = node.inputs[j]
+        if node.op.name not in GATHERS or not node.inputs[0].layout.shape:
+            return o.layout, dim_map
+        d = node.attrs["dim"]
+        m = node.inputs[1].layout.ndim if node.op.name == "index_select" else 1  # the output dims of the index
+        if j == 0:
+            shape = o.layout.shape[:d] + (1,) + o.layout.shape[d + 1:]
+            return Layout(shape, o.layout.strides, o.layout.offset), tuple(dim_map[:d]) + (None,) + tuple(dim_map[d + m:])
+        return (o.layout, tuple(dim_map[d:d + m])) if node.op.name == "index_select" else (o.layout, dim_map)
+
     def can_fuse(self, g: Group, node: Any) -> str:
         sp = self.space(g, node)
         if sp is None:
             return f"iteration space {node.outputs[0].layout.shape} does not match the group's {g.elem_shape}"
         kind, dim_map = sp
-        for o in node.inputs:
+        for j, o in enumerate(node.inputs):
             k = self.key(o.storage)
             v = g.values.get(k)
             if v is None:
                 continue
-            want = affine(o.layout, dim_map, g.ndim)
+            if node.op.name in GATHERS and j == 0:
+                return f"{node.op.name} picks from #{o.storage.id} at data-dependent indices: it must be in memory"
+            layout, in_map = self.view(node, j, dim_map)
+            want = affine(layout, in_map, g.ndim)
             if want != v.index:
                 return f"reads #{o.storage.id} through a view that is not element-aligned ({o.layout})"
             if kind == "row" and not v.row:
@@ -378,6 +397,9 @@ class Scheduler:
             split = len(shape) - 1 if shape else 0
             while split > 0 and prod(shape[split:]) < ROW_MIN:
                 split -= 1
+            if node.op.name == "index_select" and shape:
+                # rows at one index each: checked once per row (an embedding's)
+                split = node.attrs["dim"] + node.inputs[1].layout.ndim
             g = Group(gid, shape[:split], shape[split:], shape, tuple(range(len(shape))))
         self.groups.append(g)
         self.open.append(g)
@@ -389,14 +411,17 @@ class Scheduler:
         v = g.values.get(k)
         if v is not None:
             return v.expr
+        node = self.nodes[ref[0]]
+        layout, dim_map = self.view(node, ref[1], dim_map)
         made = self.created.get(k)
-        if made is None or self.nodes[ref[0]].op.name in ("cat", "pad"):  # they shift and guard loads
-            return self.load(g, o, dim_map, g.ndim, ref)
+        if made is None or node.op.name in ("cat", "pad") or node.op.name in GATHERS and ref[1] == 0:
+            # cat and pad shift and guard their loads; a gather adds its index to its source's
+            return self.load_at(g, o.storage, affine(layout, dim_map, g.ndim), ref)
         # A value of the index alone (a causal mask from two aranges): recomputed where
         # it is read, so it never needs a buffer or a kernel of its own.
-        expr = made(affine(o.layout, dim_map, g.ndim), lambda st, index, r: self.load_at(g, st, index, r))
+        expr = made(affine(layout, dim_map, g.ndim), lambda st, index, r: self.load_at(g, st, index, r))
         if expr is None:
-            return self.load(g, o, dim_map, g.ndim, ref)
+            return self.load_at(g, o.storage, affine(layout, dim_map, g.ndim), ref)
         self.readers[k].discard(ref[0])
         return expr
 
@@ -435,7 +460,8 @@ class Scheduler:
         kind, dim_map = sp
         args = [self.operand(g, o, dim_map, (i, j)) for j, o in enumerate(node.inputs)]
         out = node.outputs[0]
-        ctx = {**node.attrs, "coords": dim_map, "in_shapes": [o.layout.shape for o in node.inputs]}
+        ctx = {**node.attrs, "coords": dim_map, "in_shapes": [o.layout.shape for o in node.inputs],
+               "in_strides": [o.layout.strides for o in node.inputs], "node": i, "op": node.op.name}
         result = node.op.lower(args, ctx, out.storage.dtype)
         if result is None:
             refuse(node, f"no lowering for dtype {out.storage.dtype.name} with {node.attrs}: runs as an extern step")
@@ -513,7 +539,8 @@ class Scheduler:
         keys = [a if isinstance(a, int) else a[0] for a in order]
         if g.contract is None:
             stages = chain.rolling(stages, len(g.outer), g.inner)
-        kernel = ir.Kernel(g.outer, g.inner, stages, [(self.dtypes[k], k in outputs) for k in keys])
+        stages, checks = ir.numbered_checks(stages)
+        kernel = ir.Kernel(g.outer, g.inner, stages, [(self.dtypes[k], k in outputs) for k in keys], checks)
         step = KernelStep(kernel, keys, outputs, sorted(members), [g.refs.get(args[a]) for a in order])
         folded = epilogue.fold(self, step)
         if isinstance(folded, str):
