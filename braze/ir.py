@@ -20,7 +20,7 @@ with no Reduce stages.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Union
 
 from .dtypes import DType, bfloat16, float16, float32
@@ -195,6 +195,17 @@ class Reduce:
 
 
 @dataclass(frozen=True)
+class Scan:
+    """An inclusive prefix fold along the row (``cumsum``): element j's value, read as
+    ``Acc`` of this stage by the stores, is the fold of ``expr`` over elements 0..j. A
+    kernel with one walks its row once, in order, its stores in the same loop."""
+
+    op: str  # sum
+    expr: Expr
+    dtype: DType  # accumulator dtype
+
+
+@dataclass(frozen=True)
 class Contract:
     """A second matmul over the row: ``out[.., e] = post(sum_j weight_j * v[.., j, e])``
     for ``e < size``. ``v``'s and ``index``'s Affines have one coordinate more than the
@@ -225,7 +236,7 @@ class StoreRow:
     expr: Expr
 
 
-Stage = Union[Reduce, Store, StoreRow, Contract]
+Stage = Union[Reduce, Scan, Store, StoreRow, Contract]
 
 
 @dataclass
@@ -293,14 +304,7 @@ def numbered_checks(stages: list[Stage]) -> tuple[list[Stage], tuple[tuple[int, 
 
     if not any(isinstance(n, Op) and n.name == "checked" for st in stages for x in stage_exprs(st) for n in walk(x)):
         return stages, ()
-    out: list[Stage] = []
-    for st in stages:
-        if isinstance(st, Reduce):
-            out.append(Reduce(st.op, op(st.expr), st.dtype, st.repair))
-        elif isinstance(st, (Store, StoreRow)):
-            out.append(type(st)(st.arg, st.index, op(st.expr)))
-        else:
-            out.append(st)
+    out = [replace(st, expr=op(st.expr)) if isinstance(st, (Reduce, Scan, Store, StoreRow)) else st for st in stages]
     return out, tuple(table)
 
 

@@ -198,3 +198,40 @@ def test_a_replayed_plan_checks_indices_written_in_place(monkeypatch: Any) -> No
         (F.embedding(ids, w) * 2).numpy()
     ids[1] = 9
     assert (F.embedding(ids, w) * 2).numpy().sum() == 96
+
+
+# -- cumsum along rows ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "int32", "bool"])
+@pytest.mark.parametrize("dim", [-1, 0, 1])
+def test_cumsum_matches_the_reference_at_every_shape(dtype: str, dim: int, monkeypatch: Any) -> None:
+    rng = np.random.default_rng(7)
+    d = getattr(braze, dtype)
+    for shape in [(4, 7, 3), (9, 33, 100), (2, 5, 1300)]:
+        a = (rng.standard_normal(shape) * 3).astype(d.np)
+        got, st = both(lambda x: x.cumsum(dim), a, monkeypatch=monkeypatch)
+        if dtype in ("int32", "bool", "float64"):
+            np.testing.assert_array_equal(got[0], np.cumsum(a, dim, dtype=np.int64 if dtype in ("int32", "bool") else None))
+        if compiler_available():
+            assert st["kernel_launches"] == 1
+
+
+@needs_cc
+def test_a_cumsum_takes_its_producer_and_consumer_into_its_kernel(monkeypatch: Any) -> None:
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((30, 200)).astype(np.float32)
+    got, st = both(lambda x: ((x.abs() - 0.5).cumsum(-1) - 1).abs(), a, monkeypatch=monkeypatch)
+    assert st["kernel_launches"] == 1
+    np.testing.assert_array_equal(got[0], np.abs(np.cumsum(np.abs(a) - np.float32(0.5), -1) - 1))
+    # top-p sampling's cumulative probabilities: the softmax and the scan in one kernel
+    got, st = both(lambda x: braze.softmax(x, -1).cumsum(-1) > 0.9, a, monkeypatch=monkeypatch)
+    assert st["kernel_launches"] == 1
+    # a reduction of the scanned values is a kernel of its own
+    _, st = both(lambda x: x.cumsum(-1).amax(-1), a, monkeypatch=monkeypatch)
+    assert st["kernel_launches"] == 2
+
+
+def test_cumsum_of_non_contiguous_views(monkeypatch: Any) -> None:
+    a = np.random.default_rng(9).standard_normal((40, 30)).astype(np.float32)
+    got, _ = both(lambda x: x.T[::2, 3:].cumsum(-1), a, monkeypatch=monkeypatch)
+    np.testing.assert_array_equal(got[0], np.cumsum(a.T[::2, 3:], -1))

@@ -634,7 +634,8 @@ def _may_stream(k: ir.Kernel) -> bool:
     """Could this kernel's stores stream (every store contiguous along the innermost
     loop, no written argument read)? Whether they should is a matter of size."""
     stores = [s for s in k.stages if isinstance(s, ir.Store)]
-    if not stores or not k.inner or any(s.index.coeffs[-1] != 1 for s in stores):
+    if not stores or not k.inner or any(s.index.coeffs[-1] != 1 for s in stores) \
+            or any(isinstance(s, ir.Scan) for s in k.stages):
         return False
     for st in k.stages:
         for e in ir.stage_exprs(st):
@@ -711,13 +712,13 @@ def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, str
             lines.append(f"{body_indent}const int64_t q{i} = {rest} / {size};")
             rest = f"q{i}"
 
-    def inner_loop(body: list[str], reduction: str = "") -> list[str]:
+    def inner_loop(body: list[str], reduction: str = "", simd: bool = True) -> list[str]:
         if not k.inner:
             return [body_indent + "{"] + [body_indent + "    " + b for b in body] + [body_indent + "}"]
         out = []
         ind = body_indent
         for j, size in enumerate(k.inner):
-            if j == n_in - 1:
+            if j == n_in - 1 and simd:
                 out.append(f"{ind}#pragma omp simd{reduction}")
             out.append(f"{ind}for (int64_t i{j} = 0; i{j} < {size}; i{j}++) {{")
             ind += "    "
@@ -764,10 +765,25 @@ def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, str
         elem.memo[e] = elem.memo.pop(ir.Load(st.arg, st.index, k.args[st.arg][0]))
     if streamed:
         return lines + _streamed_loop(k, coords, elem, body_indent)
+    scans = _scans(k, elem)  # a prefix fold walks the row in order, its stores in its loop
+    lines += [body_indent + t for t in scans[0]]
     stores = [elem.store(s.arg, s.index, s.expr, k.args[s.arg][0]) for s in k.stages if isinstance(s, ir.Store)]
     if stores:
-        lines += inner_loop(elem.take() + stores)
+        lines += inner_loop(scans[1] + elem.take() + stores, simd=not scans[0])
     return lines
+
+
+def _scans(k: ir.Kernel, elem: Renderer) -> tuple[list[str], list[str]]:
+    """A kernel's ``Scan`` stages: the accumulators' declarations (once per row) and the
+    element loop's updates, in stage order (a scan may read an earlier one's value)."""
+    decls: list[str] = []
+    body: list[str] = []
+    for i, s in enumerate(k.stages):
+        if isinstance(s, ir.Scan):
+            decls.append(f"{vtype(s.dtype)} acc{i} = {_reduce_init(s.op, s.dtype)};")
+            x = elem.expr(s.expr)
+            body += elem.take() + [_reduce_update(s.op, f"acc{i}", f"(({vtype(s.dtype)}){x})", s.dtype)]
+    return decls, body
 
 
 def _pointers(args: list[tuple[DType, bool]] | tuple[tuple[DType, bool], ...], first: int = 0,

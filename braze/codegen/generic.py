@@ -74,7 +74,7 @@ def _reindexed(k: ir.Kernel, outer: tuple[int, ...], inner: tuple[int, ...],
 
     stages: list[ir.Stage] = []
     for st in k.stages:
-        if isinstance(st, ir.Reduce):
+        if isinstance(st, (ir.Reduce, ir.Scan)):
             stages.append(replace(st, expr=ir.mapped(st.expr, leaf)))
         else:
             assert isinstance(st, (ir.Store, ir.StoreRow))
@@ -191,6 +191,8 @@ def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
     for st in k.stages:
         if isinstance(st, ir.Reduce):
             stages.append(replace(st, expr=mapped(st.expr), repair=mapped(st.repair)))
+        elif isinstance(st, ir.Scan):
+            stages.append(replace(st, expr=mapped(st.expr)))
         elif isinstance(st, (ir.Store, ir.StoreRow)):
             stages.append(replace(st, index=affine(st.index, st.arg), expr=mapped(st.expr)))
         elif isinstance(st, ir.Contract):  # its size (the value rows' width) stays, as the Dot's length

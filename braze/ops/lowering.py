@@ -35,12 +35,14 @@ class ReduceSpec:
 
     op: str
     acc: DType
-    post: str  # "none", "mean", "var"
+    post: str  # "none", "mean", "var", "scan" (a prefix fold: ``ir.Scan``)
     correction: float = 0.0
 
 
 #: The reductions that lower; the scheduler treats their nodes as row folds.
 REDUCTIONS = frozenset({"sum", "prod", "mean", "amax", "amin", "any", "all"})
+#: The scans that lower (``ir.Scan``: a prefix fold along the row, ``post`` "scan").
+SCANS = frozenset({"cumsum"})
 
 
 def _pointwise(name: str) -> Lowering:
@@ -82,6 +84,16 @@ def _reduce(op: str) -> Lowering:
             return ReduceSpec(op, dt.bool_, "none")
         return None
     return lower
+
+
+def _cumsum(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ReduceSpec | None:
+    """``cumsum`` folds in the reference's accumulator: int64 for integers and bools,
+    float64 for float64, float32 for the others (half types, rounded when stored)."""
+    if not attrs["in_shapes"][0]:
+        return None
+    src = args[0].dtype
+    acc = dt.int64 if src is dt.bool_ or src.is_integer else dt.float64 if src is dt.float64 else dt.float32
+    return ReduceSpec("sum", acc, "scan")
 
 
 def _shifted(load: ir.Expr, shifts: dict[int, int], when: tuple[tuple[int, int, int], ...]) -> ir.Expr:
@@ -202,6 +214,7 @@ def install() -> None:
     REGISTRY["copy"].lower = lambda args, attrs, out: args[0]
     for name in REDUCTIONS:
         REGISTRY[name].lower = _reduce(name)
+    REGISTRY["cumsum"].lower = _cumsum
     REGISTRY["cat"].lower = _cat
     REGISTRY["pad"].lower = _pad
     for name in GATHERS:

@@ -35,7 +35,7 @@ from typing import Any, Sequence
 from .. import dtypes as dt
 from .. import ir
 from ..layout import Layout, Shape
-from ..ops.lowering import GATHERS, REDUCTIONS, ReduceSpec
+from ..ops.lowering import GATHERS, REDUCTIONS, SCANS, ReduceSpec
 from . import dce
 from . import recompute
 from . import chain
@@ -281,6 +281,8 @@ class Scheduler:
 
     # -- placing a lowerable node ------------------------------------------------------
     def place(self, i: int, node: Any) -> bool:
+        if node.op.name in SCANS and not node.inputs[0].layout.shape:
+            return False  # a 0-d scan is a copy: left to the reference
         candidates = []
         for o in node.inputs:
             g = self.producer.get(self.key(o.storage))
@@ -303,23 +305,28 @@ class Scheduler:
                 best = (s, g)
         if best is not None:
             return self.add(best[1], i, node)
-        g = self.new_group(node, reduce=node.op.name in REDUCTIONS)
+        g = self.new_group(node, reduce=node.op.name in REDUCTIONS or node.op.name in SCANS)
         if g is None:
             return False
         return self.add(g, i, node)
 
+    @staticmethod
+    def folded(node: Any) -> tuple[int, ...]:
+        """The dims a reduction or a scan folds over."""
+        return tuple(node.attrs["dims"]) if node.op.name in REDUCTIONS else (node.attrs["dim"],)
+
     def space(self, g: Group, node: Any) -> tuple[str, tuple[int | None, ...]] | None:
         """How the node's dims map onto the group's coordinates, or None."""
-        if node.op.name in REDUCTIONS:
+        if node.op.name in REDUCTIONS or node.op.name in SCANS:
             src = node.inputs[0].layout.shape
-            dims = node.attrs["dims"]
+            dims = self.folded(node)
             kept = [d for d in range(len(src)) if d not in dims]
             if src != g.elem_shape or tuple(kept) + tuple(dims) != tuple(
                     sorted(range(len(src)), key=lambda d: g.elem_map[d])):
                 return None
             if len(kept) != len(g.outer) and (g.stages or g.row_shapes):
                 return None  # rows are fixed once the group has reduced something
-            return "reduce", g.elem_map
+            return "reduce" if node.op.name in REDUCTIONS else "scan", g.elem_map
         shape = node.outputs[0].layout.shape
         if shape == g.elem_shape:
             return "elem", g.elem_map
@@ -361,12 +368,12 @@ class Scheduler:
                 return f"reads #{o.storage.id} through a view that is not element-aligned ({o.layout})"
             if kind == "row" and not v.row:
                 return "a row-level node cannot read an element-level value"
-            if kind == "reduce" and v.row:
-                return "a reduction over a row value"
+            if kind in ("reduce", "scan") and v.row:
+                return f"a {kind} over a row value"
             if node.op.name in ("cat", "pad"):
                 return f"{node.op.name} reads #{o.storage.id} at shifted coordinates, not where the group computes it"
-        if kind == "reduce" and any(isinstance(s, ir.Store) for s in g.stages):
-            return "the group already stores element values before this reduction"
+        if kind == "reduce" and any(isinstance(s, (ir.Store, ir.Scan)) for s in g.stages):
+            return "the group already stores element values (or scans) before this reduction"
         return ""
 
     def score(self, g: Group, node: Any) -> int:
@@ -384,7 +391,7 @@ class Scheduler:
         gid = len(self.groups)
         if reduce:
             src = node.inputs[0].layout.shape
-            dims = node.attrs["dims"]
+            dims = self.folded(node)
             kept = [d for d in range(len(src)) if d not in dims]
             order = kept + list(dims)
             coord = {d: c for c, d in enumerate(order)}
@@ -469,7 +476,10 @@ class Scheduler:
                 self.open.remove(g)
                 self.groups.remove(g)
             return False
-        if isinstance(result, ReduceSpec):
+        if isinstance(result, ReduceSpec) and result.post == "scan":
+            value = Value(self.reduce(g, node, result, args[0]), affine(out.layout, dim_map, g.ndim), False,
+                          out.layout.shape, dim_map)
+        elif isinstance(result, ReduceSpec):
             expr = self.reduce(g, node, result, args[0])
             keep = node.attrs["keepdim"]
             src = node.inputs[0].layout.shape
@@ -490,10 +500,10 @@ class Scheduler:
         if not g.stages:
             # The first reduction decides what a row is. Coordinates are numbered outer
             # then inner in one sequence, so moving the split renumbers nothing.
-            n_kept = len(g.elem_shape) - len(node.attrs["dims"])
+            n_kept = len(g.elem_shape) - len(self.folded(node))
             coords = g.outer + g.inner
             g.outer, g.inner = coords[:n_kept], coords[n_kept:]
-        g.stages.append(ir.Reduce(spec.op, arg, spec.acc))
+        g.stages.append(ir.Scan(spec.op, arg, spec.acc) if spec.post == "scan" else ir.Reduce(spec.op, arg, spec.acc))
         acc: ir.Expr = ir.Acc(len(g.stages) - 1, spec.acc)
         out = node.outputs[0].storage.dtype
         if spec.post == "mean":

@@ -23,13 +23,13 @@ from typing import Any, Callable, Sequence
 from .. import dtypes as dt
 from .. import ir
 from ..layout import Layout
-from ..ops.lowering import GATHERS, REDUCTIONS, arange_value
+from ..ops.lowering import GATHERS, REDUCTIONS, SCANS, arange_value
 
 Key = int
 LoadAt = Callable[[Any, ir.Affine, tuple[int, int]], ir.Load]  # (storage, index, (node, input)) -> a load
 Recompute = Callable[[ir.Affine, LoadAt], "ir.Expr | None"]
 MAX_OPS = 24
-_NOT_POINTWISE = REDUCTIONS | GATHERS | {"cat", "pad"}
+_NOT_POINTWISE = REDUCTIONS | SCANS | GATHERS | {"cat", "pad"}
 
 
 def dims_at(shape: Sequence[int], index: ir.Affine) -> list[ir.Expr] | None:
