@@ -377,3 +377,24 @@ class QRows:
     ldw: int
     rows: int
     ids64: bool
+
+
+@dataclass(frozen=True)
+class TopK:
+    """The ``k`` largest (or smallest) elements of each row of x and their indices, in
+    order, ties and nans as the reference orders them (a stable sort: the earlier
+    element first; nan the largest), kept in a sorted buffer of ``k`` while the row is
+    walked once (``codegen/topk.py``; small k only). x is read through its strides
+    (``xstrides`` along the ``outer`` dims, ``xstride`` along the row of ``n``); values
+    and indices are written at ``ostrides`` / ``ostride`` (along k). Arguments: x,
+    values, indices (int64)."""
+
+    k: int
+    largest: bool
+    dtype: DType
+    outer: tuple[int, ...]
+    xstrides: tuple[int, ...]
+    n: int
+    xstride: int
+    ostrides: tuple[int, ...]
+    ostride: int

@@ -235,3 +235,65 @@ def test_cumsum_of_non_contiguous_views(monkeypatch: Any) -> None:
     a = np.random.default_rng(9).standard_normal((40, 30)).astype(np.float32)
     got, _ = both(lambda x: x.T[::2, 3:].cumsum(-1), a, monkeypatch=monkeypatch)
     np.testing.assert_array_equal(got[0], np.cumsum(a.T[::2, 3:], -1))
+
+
+# -- topk of small k ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64", "int32"])
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("k, dim", [(1, -1), (5, -1), (16, 0), (3, 1)])
+def test_topk_orders_ties_and_nan_as_the_reference(dtype: str, largest: bool, k: int, dim: int,
+                                                    monkeypatch: Any) -> None:
+    rng = np.random.default_rng(10)
+    d = getattr(braze, dtype)
+    for shape in [(17, 20, 19), (16, 40, 300), (20, 5, 33)]:
+        a = rng.integers(-3, 4, shape).astype(d.np)  # many ties
+        if d.is_floating_point:
+            a[0, 1, :5] = np.nan
+            a[1, :, 2] = np.nan
+        got, st = both(lambda x: x.topk(k, dim, largest=largest), a, monkeypatch=monkeypatch)
+        if compiler_available():
+            assert st["kernel_launches"] == 1
+        order = np.argsort(-a if largest and not d.is_floating_point else a, axis=dim, kind="stable")
+        if not d.is_floating_point:
+            np.testing.assert_array_equal(got[1], np.take(order, np.arange(k), axis=dim))
+
+
+@needs_cc
+def test_topk_is_a_kernel_after_its_producer_and_numpy_past_small_k(monkeypatch: Any) -> None:
+    a = np.random.default_rng(11).standard_normal((64, 1000)).astype(np.float32)
+    got, st = both(lambda x: (x.abs() * 2).topk(8), a, monkeypatch=monkeypatch)
+    assert st["kernel_launches"] == 2  # the producer's kernel, then the top-k kernel
+    np.testing.assert_array_equal(got[0], -np.sort(-np.abs(a) * 2, -1)[:, :8])
+    from braze import plan
+    plan.clear()
+    both(lambda x: x.topk(40), a, monkeypatch=monkeypatch)
+    steps = [s for p in plan.stored_plans() for s in p.steps]
+    assert any(isinstance(s, plan.ExternStep) for s in steps)  # numpy's sort, between kernels
+    assert not any(isinstance(getattr(s, "step", None) and s.step.kernel, braze.ir.TopK) for s in steps)
+    got, _ = both(lambda x: x.T[::3, 1:].topk(4, largest=False, sorted=False), a, monkeypatch=monkeypatch)
+    np.testing.assert_array_equal(got[0], np.sort(a.T[::3, 1:], -1)[:, :4])
+
+
+# -- generic kernels ----------------------------------------------------------------------
+
+@needs_cc
+@pytest.mark.parametrize("name", ["gather", "embedding", "cumsum", "topk"])
+def test_new_shapes_of_each_lowering_compile_nothing_past_the_second(name: str, monkeypatch: Any,
+                                                                   plan_builds: list[bool]) -> None:
+    import braze.nn.functional as F
+    monkeypatch.setenv("BRAZE_FUSION", "1")
+    prog = {
+        "gather": lambda x: x.gather(1, (x.abs() * 3).to(braze.int64).clamp(0, x.shape[1] - 1)) * 2,
+        "embedding": lambda x: F.embedding((x[:, 0].abs() * 2).to(braze.int64) % x.shape[0], x) * 3,
+        "cumsum": lambda x: braze.softmax(x, -1).cumsum(-1) > 0.5,
+        "topk": lambda x: x.topk(4)[0] * 1,
+    }[name]
+    rng = np.random.default_rng(12)
+    for shape in [(5, 7), (33, 100), (64, 300), (9, 1000)]:
+        a = rng.standard_normal(shape).astype(np.float32)
+        got = prog(braze.from_numpy(a)).numpy()
+        with monkeypatch.context() as m:
+            m.setenv("BRAZE_FUSION", "0")
+            np.testing.assert_array_equal(got, prog(braze.from_numpy(a)).numpy())
+    assert len(plan_builds) >= 4 and not any(plan_builds[2:]), plan_builds

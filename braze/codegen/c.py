@@ -647,9 +647,12 @@ def _may_stream(k: ir.Kernel) -> bool:
 #: The renderer of chain kernels (``codegen/chain.py``, which builds on this module and
 #: registers itself here when imported: the package imports it, so it always is).
 CHAIN_RENDERER: Callable[[ir.Kernel, list[str], dict[ir.Expr, str]], str] | None = None
+#: The renderer of top-k kernels (``codegen/topk.py``, registered as chain.py's is).
+TOPK_RENDERER: Callable[[ir.TopK, str, int], str] | None = None
 
 
-def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str, sizes: int = 0, stream: bool | None = None) -> str:
+def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows | ir.TopK, name: str, sizes: int = 0,
+                  stream: bool | None = None) -> str:
     """The C source of one kernel: ``void name(void **args, int64_t nthreads)``. A
     generic kernel (``codegen/generic.py``) reads its ``sizes`` named sizes from the
     argument after its buffers, and decides when it runs whether its stores stream
@@ -659,6 +662,9 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str, sizes: int = 
             + quant.kernel_source(k, name, sizes)
     if isinstance(k, ir.QRows):
         return quant.kernel_source(k, name, sizes)
+    if isinstance(k, ir.TopK):
+        assert TOPK_RENDERER is not None, "braze.codegen.topk registers the top-k renderer when imported"
+        return TOPK_RENDERER(k, name, sizes)
     sized = quant.bind_sizes(len(k.args), sizes)
     if sizes and stream is None and _may_stream(k) and prod(k.outer) and any(isinstance(s, ir.Store) for s in k.stages):
         bodies = [kernel_source(k, f"{name}_{w}", sizes, w == "s").replace("void ", "static void ", 1) for w in "sp"]

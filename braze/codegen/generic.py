@@ -112,10 +112,10 @@ def canonical(k: ir.Kernel) -> ir.Kernel:
     return _reindexed(k, outer, inner, coeffs)
 
 
-Generic = tuple[ir.Kernel | ir.QLinear | ir.QRows, tuple[int, ...]]
+Generic = tuple[ir.Kernel | ir.QLinear | ir.QRows | ir.TopK, tuple[int, ...]]
 
 
-def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
+def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows | ir.TopK) -> Generic | None:
     """``k`` in canonical form with its sizes as ``ir.Size`` (and their values, in name
     order), or None for a kernel that has none to name (every extent 1). A chain kernel
     (attention) keeps its loops and its head dims, which size its tiles; its rows and
@@ -123,6 +123,12 @@ def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
     path, whose decoding kernels keep theirs) and a row gather's counts are its sizes."""
     if isinstance(k, ir.QLinear):
         return (replace(k, m=Size(k.m, "n0")), (k.m,)) if k.m > quant.FEW and k.prologue is None else None
+    if isinstance(k, ir.TopK):  # every extent and stride a size of its own; k sizes its buffer
+        given = (*k.outer, *k.xstrides, k.n, k.xstride, *k.ostrides, k.ostride)
+        sz = [Size(v, f"n{i}") for i, v in enumerate(given)]
+        r = len(k.outer)
+        return replace(k, outer=tuple(sz[:r]), xstrides=tuple(sz[r:2 * r]), n=sz[2 * r], xstride=sz[2 * r + 1],
+                       ostrides=tuple(sz[2 * r + 2:3 * r + 2]), ostride=sz[-1]), given
     if isinstance(k, ir.QRows):  # its count of ids, and of the table's rows (an intermediate's: a prompt's)
         given = tuple(v for v in (k.n, k.rows) if v > 1)
         n, rows = (Size(v, f"n{sum(u > 1 for u in (k.n, k.rows)[:i])}") if v > 1 else v

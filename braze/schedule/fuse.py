@@ -43,6 +43,7 @@ from . import epilogue
 from . import prologue
 from .group import ExternStep, Group, Key, KernelStep, Value, affine
 from ..codegen import quant as quant_kernels
+from ..codegen import topk as topk_kernels
 
 ROW_MIN = 1024
 
@@ -114,6 +115,8 @@ class Scheduler:
             if node.op.name == "assign" and self.assign(i, node):
                 continue
             if node.op.name == "qembedding" and self.qrows(i, node):
+                continue
+            if node.op.name == "topk" and self.topk(i, node):
                 continue
             if node.op.inplace or lower is None:
                 if lower is None and not node.op.inplace:
@@ -251,6 +254,25 @@ class Scheduler:
         self.materialized.add(ko)
         self.steps.append(KernelStep(kernel, [self.key(w.storage), self.key(ids.storage), ko], [ko], [i],
                                      [(i, 0), (i, 1), None]))
+        return True
+
+    def topk(self, i: int, node: Any) -> bool:
+        """``topk`` of small k: a kernel step of its own (``ir.TopK``) after the group
+        that computes x; False (an extern step, numpy's sort) for a large k."""
+        (x,), (vals, idx) = node.inputs, node.outputs
+        k, d = node.attrs["k"], node.attrs["dim"]
+        shape = x.layout.shape
+        if not shape or not 0 < k <= topk_kernels.MAX_K or vals.layout.strides != idx.layout.strides:
+            refuse(node, f"top-{k}: runs as an extern step (kernels take 1 <= k <= {topk_kernels.MAX_K})")
+            return False
+        self.settle(node)
+        rest = [a for a in range(len(shape)) if a != d]
+        kernel = ir.TopK(k, node.attrs["largest"], x.storage.dtype, tuple(shape[a] for a in rest),
+                         tuple(x.layout.strides[a] for a in rest), shape[d], x.layout.strides[d],
+                         tuple(vals.layout.strides[a] for a in rest), vals.layout.strides[d])
+        kv, ki = self.key(vals.storage), self.key(idx.storage)
+        self.materialized.update((kv, ki))
+        self.steps.append(KernelStep(kernel, [self.key(x.storage), kv, ki], [kv, ki], [i], [(i, 0), None, None]))
         return True
 
     def assign(self, i: int, node: Any) -> bool:
