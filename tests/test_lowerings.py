@@ -97,9 +97,18 @@ def test_a_gather_takes_its_index_producer_and_consumer_into_its_kernel(monkeypa
     # the index computed in the kernel (+ 3), the result scaled: one kernel
     _, st = both(lambda a, i: (a.gather(1, i + 3) * 2).abs() - 1, x, idx, monkeypatch=monkeypatch)
     assert st["kernel_launches"] == 1
-    # a source the flush computes is stored first (it is read at data-dependent places)
+    # a source of another shape than the index, computed in the flush, is stored first
     _, st = both(lambda a, i: (a * 3).gather(1, i) + 1, x, idx, monkeypatch=monkeypatch)
     assert st["kernel_launches"] == 2
+    # of the index's shape, its element-wise work is done at the gathered places
+    full = rng.integers(0, 50, (30, 50))
+    got, st = both(lambda a, i: (a.abs() - 1).gather(1, i) * 2, x, full, monkeypatch=monkeypatch)
+    assert st["kernel_launches"] == 1
+    np.testing.assert_array_equal(got[0], np.take_along_axis(np.abs(x) - 1, full, 1) * 2)
+    # ... also where it reads its coordinate (an arange), and along the rows
+    got, st = both(lambda a, i: (a + braze.arange(50).to(braze.float32)).gather(0, i[:, :50] % 30), x, full,
+                   monkeypatch=monkeypatch)
+    np.testing.assert_array_equal(got[0], np.take_along_axis(x + np.arange(50, dtype=np.float32), full % 30, 0))
 
 
 def test_gather_of_non_contiguous_views(monkeypatch: Any) -> None:

@@ -166,17 +166,33 @@ GATHERS = frozenset({"gather", "index_select"})
 
 
 def _gather(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | None:
-    """``gather`` (and ``index_select``, whose 1-d index the scheduler reads along the
-    output's ``dim``): x at the output's coordinates but along ``dim``, where it reads
-    the index tensor's value, bounds-checked in the kernel (``ir.checked``)."""
+    """``gather`` and ``index_select``: x at the output's coordinates but along ``dim``,
+    where it reads the index tensor's value, bounds-checked in the kernel
+    (``ir.checked``). x is a load, or the expression of an element-wise producer in the
+    group (``fuse.inlined_source``): every load in it has its term along the gathered
+    coordinate (``attrs["gathered"]``) moved to the index, and the coordinate itself
+    becomes the index. Where the scheduler left that dim out of x's load (an index of
+    another rank than 1), the term is x's stride."""
     x, idx = args
-    d = attrs["dim"]
+    d, c = attrs["dim"], attrs["gathered"]
     shape = attrs["in_shapes"][0]
-    if not isinstance(x, ir.Load) or x.when or not shape:
+    if not shape:
         return None
     i = idx if idx.dtype is dt.int64 else ir.Op("cast", (idx,), dt.int64)
     sel = ir.checked(i, shape[d], attrs["node"], attrs["op"], d)
-    return ir.Load(x.arg, x.index, x.dtype, x.when, x.at + ((sel, attrs["in_strides"][0][d]),))
+    if c is None:
+        assert isinstance(x, ir.Load)
+        return ir.Load(x.arg, x.index, x.dtype, x.when, x.at + ((sel, attrs["in_strides"][0][d]),))
+
+    def leaf(e: ir.Expr) -> ir.Expr:
+        if isinstance(e, ir.Load):
+            coeffs = list(e.index.coeffs)
+            k, coeffs[c] = coeffs[c], 0
+            return ir.Load(e.arg, ir.Affine(e.index.offset, tuple(coeffs)), e.dtype, e.when, e.at + ((sel, k),))
+        if isinstance(e, ir.Coord) and e.dim == c:
+            return sel if e.dtype is dt.int64 else ir.Op("cast", (sel,), e.dtype)
+        return e
+    return ir.mapped(x, leaf)
 
 
 def _full(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr:

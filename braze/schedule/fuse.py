@@ -359,18 +359,27 @@ class Scheduler:
     @staticmethod
     def view(node: Any, j: int, dim_map: Sequence[int | None]) -> tuple[Layout, Sequence[int | None]]:
         """How input ``j`` of a node is read in the group: its layout and the group
-        coordinate of each of its dims. A gather's source is read without its gathered
-        dim (the lowering adds the index term); ``index_select``'s 1-d index runs along
-        the output's ``dim``."""
+        coordinate of each of its dims. A gather's source is read as at the output's
+        coordinates (the lowering moves the gathered coordinate's term to the index's),
+        but where ``index_select``'s index is not 1-d: then without its gathered dim
+        (the lowering adds the term); that index runs along the output's dims from ``dim``."""
         o = node.inputs[j]
         if node.op.name not in GATHERS or not node.inputs[0].layout.shape:
             return o.layout, dim_map
         d = node.attrs["dim"]
         m = node.inputs[1].layout.ndim if node.op.name == "index_select" else 1  # the output dims of the index
-        if j == 0:
+        if j == 0 and m != 1:
             shape = o.layout.shape[:d] + (1,) + o.layout.shape[d + 1:]
             return Layout(shape, o.layout.strides, o.layout.offset), tuple(dim_map[:d]) + (None,) + tuple(dim_map[d + m:])
-        return (o.layout, tuple(dim_map[d:d + m])) if node.op.name == "index_select" else (o.layout, dim_map)
+        return (o.layout, tuple(dim_map[d:d + m])) if node.op.name == "index_select" and j else (o.layout, dim_map)
+
+    @staticmethod
+    def gathered_coord(node: Any, dim_map: Sequence[int | None]) -> int | None:
+        """The group coordinate along which a gather's source is read at its index
+        (None where the source's load leaves that dim out: see ``view``)."""
+        d = node.attrs["dim"]
+        m = node.inputs[1].layout.ndim if node.op.name == "index_select" else 1
+        return dim_map[d] if m == 1 and node.inputs[0].layout.shape else None
 
     def can_fuse(self, g: Group, node: Any) -> str:
         sp = self.space(g, node)
@@ -382,10 +391,13 @@ class Scheduler:
             v = g.values.get(k)
             if v is None:
                 continue
-            if node.op.name in GATHERS and j == 0:
-                return f"{node.op.name} picks from #{o.storage.id} at data-dependent indices: it must be in memory"
             layout, in_map = self.view(node, j, dim_map)
             want = affine(layout, in_map, g.ndim)
+            if node.op.name in GATHERS and j == 0:
+                why = self.inlined_source(g, v, self.gathered_coord(node, dim_map)) if want == v.index else \
+                    "not element-aligned"
+                if why:
+                    return f"{node.op.name} picks from #{o.storage.id} at data-dependent indices: {why}"
             if want != v.index:
                 return f"reads #{o.storage.id} through a view that is not element-aligned ({o.layout})"
             if kind == "row" and not v.row:
@@ -396,6 +408,20 @@ class Scheduler:
                 return f"{node.op.name} reads #{o.storage.id} at shifted coordinates, not where the group computes it"
         if kind == "reduce" and any(isinstance(s, (ir.Store, ir.Scan)) for s in g.stages):
             return "the group already stores element values (or scans) before this reduction"
+        return ""
+
+    @staticmethod
+    def inlined_source(g: Group, v: Value, c: int | None) -> str:
+        """Why a gather cannot compute its source's value (``v``, in its group) at the
+        gathered places itself ("" when it can): only element-wise work over loads, in a
+        group that has not reduced (a row's accumulator is its own row's)."""
+        if c is None or g.stages or g.slices or g.contract is not None:
+            return "its group reduces or writes slices: the source must be in memory"
+        nodes = list(ir.walk(v.expr))
+        if not any(isinstance(n, ir.Load) for n in nodes):
+            return "the source loads nothing"
+        if any(isinstance(n, (ir.Acc, ir.Var, ir.Dot)) or isinstance(n, ir.Load) and (n.when or n.at) for n in nodes):
+            return "the source reads guarded, gathered or row values"
         return ""
 
     def score(self, g: Group, node: Any) -> int:
@@ -491,6 +517,8 @@ class Scheduler:
         out = node.outputs[0]
         ctx = {**node.attrs, "coords": dim_map, "in_shapes": [o.layout.shape for o in node.inputs],
                "in_strides": [o.layout.strides for o in node.inputs], "node": i, "op": node.op.name}
+        if node.op.name in GATHERS:
+            ctx["gathered"] = self.gathered_coord(node, dim_map)
         result = node.op.lower(args, ctx, out.storage.dtype)
         if result is None:
             refuse(node, f"no lowering for dtype {out.storage.dtype.name} with {node.attrs}: runs as an extern step")
