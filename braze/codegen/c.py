@@ -252,7 +252,7 @@ class Renderer:
         if isinstance(e, ir.Coord):
             return f"(({vtype(e.dtype)}){self.coords[e.dim]})"
         if isinstance(e, ir.Acc):
-            return self.acc.format(e.stage)
+            return self.memo.get(e) or self.acc.format(e.stage)  # (a scan's element value: its block buffer)
         if isinstance(e, ir.Var):
             return self.memo.get(e, e.name)
         name = self.memo.get(e) or self.hoisted.get(e)
@@ -647,8 +647,10 @@ def _may_stream(k: ir.Kernel) -> bool:
 #: The renderer of chain kernels (``codegen/chain.py``, which builds on this module and
 #: registers itself here when imported: the package imports it, so it always is).
 CHAIN_RENDERER: Callable[[ir.Kernel, list[str], dict[ir.Expr, str]], str] | None = None
-#: The renderer of top-k kernels (``codegen/topk.py``, registered as chain.py's is).
+#: The renderers of top-k kernels (``codegen/topk.py``) and of a row's element loops
+#: when it scans (``codegen/scan.py``), registered as chain.py's is.
 TOPK_RENDERER: Callable[[ir.TopK, str, int], str] | None = None
+SCAN_RENDERER: Callable[[ir.Kernel, list[str], int, dict[ir.Expr, str]], list[str]] | None = None
 
 
 def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows | ir.TopK, name: str, sizes: int = 0,
@@ -718,13 +720,13 @@ def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, str
             lines.append(f"{body_indent}const int64_t q{i} = {rest} / {size};")
             rest = f"q{i}"
 
-    def inner_loop(body: list[str], reduction: str = "", simd: bool = True) -> list[str]:
+    def inner_loop(body: list[str], reduction: str = "") -> list[str]:
         if not k.inner:
             return [body_indent + "{"] + [body_indent + "    " + b for b in body] + [body_indent + "}"]
         out = []
         ind = body_indent
         for j, size in enumerate(k.inner):
-            if j == n_in - 1 and simd:
+            if j == n_in - 1:
                 out.append(f"{ind}#pragma omp simd{reduction}")
             out.append(f"{ind}for (int64_t i{j} = 0; i{j} < {size}; i{j}++) {{")
             ind += "    "
@@ -771,25 +773,13 @@ def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, str
         elem.memo[e] = elem.memo.pop(ir.Load(st.arg, st.index, k.args[st.arg][0]))
     if streamed:
         return lines + _streamed_loop(k, coords, elem, body_indent)
-    scans = _scans(k, elem)  # a prefix fold walks the row in order, its stores in its loop
-    lines += [body_indent + t for t in scans[0]]
+    if any(isinstance(s, ir.Scan) for s in k.stages):  # a prefix fold: codegen/scan.py
+        assert SCAN_RENDERER is not None, "braze.codegen.scan registers the scan renderer when imported"
+        return lines + [body_indent + t for t in SCAN_RENDERER(k, coords, n_out, elem.hoisted)]
     stores = [elem.store(s.arg, s.index, s.expr, k.args[s.arg][0]) for s in k.stages if isinstance(s, ir.Store)]
     if stores:
-        lines += inner_loop(scans[1] + elem.take() + stores, simd=not scans[0])
+        lines += inner_loop(elem.take() + stores)
     return lines
-
-
-def _scans(k: ir.Kernel, elem: Renderer) -> tuple[list[str], list[str]]:
-    """A kernel's ``Scan`` stages: the accumulators' declarations (once per row) and the
-    element loop's updates, in stage order (a scan may read an earlier one's value)."""
-    decls: list[str] = []
-    body: list[str] = []
-    for i, s in enumerate(k.stages):
-        if isinstance(s, ir.Scan):
-            decls.append(f"{vtype(s.dtype)} acc{i} = {_reduce_init(s.op, s.dtype)};")
-            x = elem.expr(s.expr)
-            body += elem.take() + [_reduce_update(s.op, f"acc{i}", f"(({vtype(s.dtype)}){x})", s.dtype)]
-    return decls, body
 
 
 def _pointers(args: list[tuple[DType, bool]] | tuple[tuple[DType, bool], ...], first: int = 0,
