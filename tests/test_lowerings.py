@@ -306,3 +306,11 @@ def test_new_shapes_of_each_lowering_compile_nothing_past_the_second(name: str, 
             m.setenv("BRAZE_FUSION", "0")
             np.testing.assert_array_equal(got, prog(braze.from_numpy(a)).numpy())
     assert len(plan_builds) >= 4 and not any(plan_builds[2:]), plan_builds
+
+
+def test_a_cumsum_over_a_dim_of_one(monkeypatch: Any) -> None:
+    """A generic kernel keeps a scan's row even where it is one element long."""
+    for shape in [(1, 2), (1, 5), (1, 9)]:
+        a = np.arange(np.prod(shape), dtype=np.int64).reshape(shape)
+        got, _ = both(lambda x: x.cumsum(0), a, monkeypatch=monkeypatch)
+        np.testing.assert_array_equal(got[0], a)

@@ -86,8 +86,9 @@ def canonical(k: ir.Kernel) -> ir.Kernel:
     """The same kernel over the fewest loops (see the module's doc); ``k`` itself when
     it reads a coordinate or has repair terms (a rolling reduction), left as it is."""
     if _pinned(k) or any(isinstance(st, ir.Reduce) and st.repair is not None for st in k.stages) \
+            or any(isinstance(st, ir.Scan) for st in k.stages) \
             or any(isinstance(n, ir.Load) and n.at for st in k.stages for e in ir.stage_exprs(st) for n in ir.walk(e)):
-        return k  # (a gather's index terms are left as they are)
+        return k  # (a scan keeps its row, even of one element; a gather's index terms are left as they are)
     indices = list(dict.fromkeys(_indices(k)))
     dims = list(k.outer) + list(k.inner)
     n_out = len(k.outer)
