@@ -392,17 +392,35 @@ def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:
     return _record("gather", [input, index], dim=d)
 
 
+def take_along_dim(input: Tensor, indices: Tensor, dim: int | None = None) -> Tensor:
+    """PyTorch's ``take_along_dim``: ``input`` and ``indices`` broadcast against each other
+    in every dim but ``dim`` (zero-copy expands), then ``gather``; with no ``dim``, both
+    are flattened."""
+    if dim is None:
+        return gather(input.reshape(-1), 0, indices.reshape(-1))
+    if input.ndim != indices.ndim:
+        raise RankMismatch("take_along_dim", input.ndim, indices.shape)
+    d = normalize_dim("take_along_dim", dim, input.ndim)
+    rest = broadcast_shapes("take_along_dim", input.shape[:d] + (1,) + input.shape[d + 1:],
+                            indices.shape[:d] + (1,) + indices.shape[d + 1:])
+    x = input.expand(*rest[:d], input.shape[d], *rest[d + 1:])
+    return gather(x, d, indices.expand(*rest[:d], indices.shape[d], *rest[d + 1:]))
+
+
 def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
     d = normalize_dim("index_select", dim, input.ndim)
     if index.ndim > 1:
         raise RankMismatch("index_select", 1, index.shape)
+    return index_take(input, d, index.reshape(-1))
+
+
+def index_take(input: Tensor, dim: int, index: Tensor) -> Tensor:
+    """``index_select`` with an index of any rank, which takes ``dim``'s place in the
+    result (numpy's ``take``; ``F.embedding`` with ids of any shape): a gather load in its
+    consumer's kernel (``ops/lowering.py``), the indices checked there."""
+    d = normalize_dim("index_select", dim, input.ndim)
     _check_index_values("index_select", index, input.shape[d] if input.ndim else 1, d)
-    if d == 0 and input.ndim == 2 and input.dtype is dt.float32 and index.dtype in (dt.int64, dt.int32):
-        # rows of a float32 table: the row-gather kernel of embeddings (``qembedding``,
-        # an ``ir.QRows``), not numpy between kernels, so a plan that picks rows (the
-        # logits' positions of a padded prompt) stays compiled code
-        return _record("qembedding", [input, index.reshape(-1)], k=input.shape[1], qtype="F32")
-    return _record("index_select", [input, index.reshape(-1)], dim=d)
+    return _record("index_select", [input, index], dim=d)
 
 
 
@@ -506,6 +524,7 @@ _METHODS = _UNARY_NAMES + tuple(_BINARY_NAMES) + (
 for _n in _METHODS:
     setattr(Tensor, _n, _g[_n])
 setattr(Tensor, "prod", prod_)
+setattr(Tensor, "take_along_dim", take_along_dim)
 setattr(Tensor, "clip", clamp)
 setattr(Tensor, "where", lambda self, condition, other: where(condition, self, other))
 
@@ -521,3 +540,4 @@ __all__ = [
     "log_softmax", "cumsum", "sort", "argsort", "topk", "cat", "stack", "pad", "tril", "triu", "gather",
     "index_select", "one_hot", "matmul", "gelu", "square", "negative", *_UNARY_NAMES, *_BINARY_NAMES,
 ]
+__all__ += ["take_along_dim"]

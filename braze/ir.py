@@ -20,7 +20,7 @@ with no Reduce stages.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Union
 
 from .dtypes import DType, bfloat16, float16, float32
@@ -139,6 +139,9 @@ class Load:
     #: ``(coord, lo, hi)``: the load is valid only where ``lo <= coord < hi`` and reads 0
     #: elsewhere (cat and pad read each input only inside its own range of the output).
     when: tuple[tuple[int, int, int], ...] = ()
+    #: ``(i, stride)``: data-dependent terms added to the index (a gather's), each ``i``
+    #: an int64 ``checked`` Op (``checked``), so it never points outside the dim it picks in
+    at: tuple[tuple["Expr", int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,17 @@ class Reduce:
 
 
 @dataclass(frozen=True)
+class Scan:
+    """An inclusive prefix fold along the row (``cumsum``): element j's value, read as
+    ``Acc`` of this stage by the stores, is the fold of ``expr`` over elements 0..j. A
+    kernel with one walks its row once, in order, its stores in the same loop."""
+
+    op: str  # sum
+    expr: Expr
+    dtype: DType  # accumulator dtype
+
+
+@dataclass(frozen=True)
 class Contract:
     """A second matmul over the row: ``out[.., e] = post(sum_j weight_j * v[.., j, e])``
     for ``e < size``. ``v``'s and ``index``'s Affines have one coordinate more than the
@@ -230,7 +244,7 @@ class StoreRow:
     expr: Expr
 
 
-Stage = Union[Reduce, Store, StoreRow, Contract]
+Stage = Union[Reduce, Scan, Store, StoreRow, Contract]
 
 
 @dataclass
@@ -239,6 +253,9 @@ class Kernel:
     inner: tuple[int, ...]
     stages: list[Stage] = field(default_factory=list)
     args: list[tuple[DType, bool]] = field(default_factory=list)  # (dtype, written)
+    #: the bounds checks of its gathers (``checked`` Ops, numbered in this order): per
+    #: check, the (node, op, dim) an index outside names (``numbered_checks``)
+    checks: tuple[tuple[int, str, int], ...] = ()
 
     @property
     def ndim(self) -> int:
@@ -246,10 +263,13 @@ class Kernel:
 
 
 def walk(e: Expr) -> Any:
-    """Every node of an expression, children first."""
+    """Every node of an expression, children first (a gather's index terms too)."""
     if isinstance(e, Op):
         for a in e.args:
             yield from walk(a)
+    elif isinstance(e, Load):
+        for i, _ in e.at:
+            yield from walk(i)
     elif isinstance(e, Dot):
         yield e.a
         yield e.b
@@ -261,6 +281,39 @@ def mapped(e: Expr, leaf: Callable[[Expr], Expr]) -> Expr:
     if isinstance(e, Op):
         return Op(e.name, tuple(mapped(a, leaf) for a in e.args), e.dtype, e.attrs)
     return leaf(e)
+
+
+def checked(i: Expr, size: int, node: int, op: str, dim: int) -> Op:
+    """Index ``i`` (int64) if ``0 <= i < size``; otherwise the kernel records the check
+    failed (the runtime raises ``IndexOutOfRange`` naming ``op``, the value and the
+    size after the kernel) and reads at 0: never outside the dim. ``node`` is renumbered
+    to the kernel's check ordinal when its group closes (``numbered_checks``)."""
+    return Op("checked", (i, Const(size, i.dtype)), i.dtype, (("node", node), ("op", op), ("dim", dim)))
+
+
+def numbered_checks(stages: list[Stage]) -> tuple[list[Stage], tuple[tuple[int, str, int], ...]]:
+    """``stages`` with each ``checked`` Op's node replaced by its ordinal in the kernel
+    (so identical kernels at other nodes render alike), and the table of what each names."""
+    table: list[tuple[int, str, int]] = []
+
+    def op(e: Expr) -> Expr:
+        if isinstance(e, Op):
+            args = tuple(op(a) for a in e.args)
+            attrs = dict(e.attrs)
+            if e.name == "checked" and "node" in attrs:
+                entry = (attrs.pop("node"), attrs["op"], attrs["dim"])
+                if entry not in table:
+                    table.append(entry)
+                attrs["check"] = table.index(entry)
+            return Op(e.name, args, e.dtype, tuple(attrs.items()))
+        if isinstance(e, Load) and e.at:
+            return Load(e.arg, e.index, e.dtype, e.when, tuple((op(i), s) for i, s in e.at))
+        return e
+
+    if not any(isinstance(n, Op) and n.name == "checked" for st in stages for x in stage_exprs(st) for n in walk(x)):
+        return stages, ()
+    out = [replace(st, expr=op(st.expr)) if isinstance(st, (Reduce, Scan, Store, StoreRow)) else st for st in stages]
+    return out, tuple(table)
 
 
 def stage_exprs(s: Stage) -> list[Expr]:
@@ -333,3 +386,24 @@ class QRows:
     ldw: int
     rows: int
     ids64: bool
+
+
+@dataclass(frozen=True)
+class TopK:
+    """The ``k`` largest (or smallest) elements of each row of x and their indices, in
+    order, ties and nans as the reference orders them (a stable sort: the earlier
+    element first; nan the largest), kept in a sorted buffer of ``k`` while the row is
+    walked once (``codegen/topk.py``; small k only). x is read through its strides
+    (``xstrides`` along the ``outer`` dims, ``xstride`` along the row of ``n``); values
+    and indices are written at ``ostrides`` / ``ostride`` (along k). Arguments: x,
+    values, indices (int64)."""
+
+    k: int
+    largest: bool
+    dtype: DType
+    outer: tuple[int, ...]
+    xstrides: tuple[int, ...]
+    n: int
+    xstride: int
+    ostrides: tuple[int, ...]
+    ostride: int

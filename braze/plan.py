@@ -42,8 +42,8 @@ import numpy as np
 
 from .codegen.generic import symbolize
 from .codegen.c import kernel_source, llc_bytes, module_source
-from . import plan_store
-from .errors import CompileError
+from . import ir, plan_store
+from .errors import CompileError, IndexOutOfRange
 from .runtime import cpu, memory
 from .runtime import reference
 from .schedule import ExternStep, KernelStep, schedule
@@ -59,6 +59,9 @@ class CompiledKernel:
     #: the argument after the step's buffers
     sizes: Any = None
     extra: tuple[int, ...] = ()
+    #: a gathering kernel's bounds checks (``codegen/checks.py``): two int64 per check,
+    #: the argument after the sizes; nonzero flags after a run raise ``IndexOutOfRange``
+    err: Any = None
 
 
 @dataclass
@@ -438,7 +441,10 @@ def _compile(sched_steps: Sequence[Any], rendered: Rendered) -> list[CompiledKer
             continue
         (which, name), sizes = next(named)
         held = (ctypes.c_int64 * len(sizes))(*sizes) if sizes else None
-        out.append(CompiledKernel(s, fns[which][name], held, (ctypes.addressof(held),) if held is not None else ()))
+        checks = s.kernel.checks if isinstance(s.kernel, ir.Kernel) else ()
+        err = (ctypes.c_int64 * (2 * len(checks)))() if checks else None
+        extra = tuple(ctypes.addressof(a) for a in (held, err) if a is not None)
+        out.append(CompiledKernel(s, fns[which][name], held, extra, err))
     return out
 
 
@@ -579,6 +585,8 @@ def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
                 COUNTERS["kernel_launches"] += 1
                 COUNTERS["c_calls"] += 1
                 step.fn(ptrs, nthreads)
+                if step.err is not None and any(step.err[0::2]):
+                    _index_error(step, nodes)
             for k in plan.release[i]:
                 storages[k].array = None
     except BaseException:
@@ -589,6 +597,24 @@ def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
             storages[k].array = None
         arena = _NO_ARENA  # nor this frame, which the traceback keeps
         raise
+
+
+def _index_error(step: CompiledKernel, nodes: Sequence[Any]) -> None:
+    """A kernel's gather met an index outside its dim (and read at 0 instead): as the
+    reference would have, raise at the first such node, having computed what was
+    recorded before it; what the kernel stored for it and the nodes after is lost."""
+    k = step.step.kernel
+    assert isinstance(k, ir.Kernel)
+    bad = [(node, op, dim, int(step.err[2 * c + 1])) for c, (node, op, dim) in enumerate(k.checks) if step.err[2 * c]]
+    ctypes.memset(step.err, 0, ctypes.sizeof(step.err))
+    node, op, dim, value = min(bad)
+    size = nodes[node].inputs[0].layout.shape[dim]
+    for n in step.step.nodes:
+        if n >= node:
+            for o in nodes[n].outputs:
+                o.storage.array = None
+    _finish_before(nodes, node)
+    raise IndexOutOfRange(op, value, size, dim)
 
 
 def operand(node: Any, j: int) -> Any:

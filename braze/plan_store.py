@@ -35,7 +35,7 @@ VERSION = 8  # 8: JSON with a checksum (7 and before were pickles)
 
 _CLASSES: dict[str, type] = {c.__name__: c for c in (
     ir.Affine, ir.Load, ir.Const, ir.Coord, ir.Acc, ir.Op, ir.Dot, ir.Var, ir.Reduce, ir.Contract, ir.Store,
-    ir.StoreRow, ir.Kernel, ir.QLinear, ir.QRows, KernelStep, ExternStep)}
+    ir.StoreRow, ir.Scan, ir.Kernel, ir.QLinear, ir.QRows, ir.TopK, KernelStep, ExternStep)}
 
 
 class _Bad(Exception):

@@ -156,9 +156,9 @@ def test_fused_qlinear_is_a_kernel_not_an_extern_step(monkeypatch: Any) -> None:
     assert "QLinear" in kinds, kinds
 
 
-def test_float32_rows_picked_from_an_intermediate_are_the_row_kernel() -> None:
-    """``index_select`` of float32 rows (a padded prompt's last token) is ``ir.QRows``
-    in the fused plan, not numpy between kernels; an index outside is a typed error."""
+def test_float32_rows_picked_from_an_intermediate_are_a_kernel() -> None:
+    """``index_select`` of float32 rows (a padded prompt's last token) is a gathering
+    kernel in the fused plan, not numpy between kernels; an index outside is a typed error."""
     a = np.random.default_rng(40).standard_normal((12, 40)).astype(np.float32)
     planmod.clear()
     got = (from_numpy(a) * 2).index_select(0, braze.tensor([11, 0, 5])).numpy()
@@ -166,7 +166,7 @@ def test_float32_rows_picked_from_an_intermediate_are_the_row_kernel() -> None:
     if fusion_enabled():
         steps = [s for p in planmod.stored_plans() for s in p.steps]
         assert not any(isinstance(s, planmod.ExternStep) for s in steps)
-        assert "QRows" in [type(s.step.kernel).__name__ for s in steps]
+        assert any(getattr(s.step.kernel, "checks", ()) for s in steps)
     with pytest.raises(IndexOutOfRange, match="index_select"):
         (from_numpy(a) * 2).index_select(0, braze.tensor([12]))
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from .. import dtypes as dt
 from .. import ir
 from ..dtypes import DType
-from . import quant
+from . import checks, quant
 from .headers import header
 
 CTYPE = {
@@ -175,6 +175,18 @@ def _const(value: Any, d: DType) -> str:
     return f"INT64_C({int(value)})" if d is dt.int64 else str(int(value))
 
 
+def _float_to_int(a: str, src: DType, d: DType) -> str:
+    """float -> int as the reference defines it (``ops/elementwise.float_to_int``): nan
+    0, truncation toward zero inside the range, saturation outside (C leaves the edges
+    undefined). A limit that rounds up in the float type is the first value outside."""
+    import numpy as np
+    info = np.iinfo(d.np)
+    f = vtype(src)
+    mn, mx = ("INT64_MIN", "INT64_MAX") if d is dt.int64 else (str(info.min), str(info.max))
+    t = CTYPE[d.name]
+    return f"(({a} != {a}) ? ({t})0 : {a} <= ({f}){mn} ? ({t}){mn} : {a} >= ({f}){mx} ? ({t}){mx} : ({t}){a})"
+
+
 def _round(expr: str, d: DType) -> str:
     """Round a float result to a half type, as the reference stores it."""
     if d is dt.float16:
@@ -225,8 +237,10 @@ class Renderer:
             terms.append(q if k == 1 else f"{q} * {k}")
         return " + ".join(terms) or "0"
 
-    def load(self, arg: int, a: ir.Affine, d: DType, when: tuple[tuple[int, int, int], ...] = ()) -> str:
-        raw = f"a{arg}[{self.index(a)}]"
+    def load(self, arg: int, a: ir.Affine, d: DType, when: tuple[tuple[int, int, int], ...] = (),
+             at: tuple[tuple[ir.Expr, int], ...] = ()) -> str:
+        index = " + ".join([self.index(a)] + [f"{self.expr(i)} * {s}" for i, s in at])
+        raw = f"a{arg}[{index}]"
         if when:  # read only inside the range (outside, the index may point anywhere)
             cond = " && ".join(f"{self.coords[c]} >= {lo} && {self.coords[c]} < {hi}" for c, lo, hi in when)
             raw = f"(({cond}) ? {raw} : 0)"
@@ -242,14 +256,14 @@ class Renderer:
         if isinstance(e, ir.Coord):
             return f"(({vtype(e.dtype)}){self.coords[e.dim]})"
         if isinstance(e, ir.Acc):
-            return self.acc.format(e.stage)
+            return self.memo.get(e) or self.acc.format(e.stage)  # (a scan's element value: its block buffer)
         if isinstance(e, ir.Var):
             return self.memo.get(e, e.name)
         name = self.memo.get(e) or self.hoisted.get(e)
         if name is not None:
             return name
         if isinstance(e, ir.Load):
-            text = self.load(e.arg, e.index, e.dtype, e.when)
+            text = self.load(e.arg, e.index, e.dtype, e.when, e.at)
         elif isinstance(e, ir.Op):
             text = self.op(e)
         else:  # a Dot is rendered by the chain kernel, which names its tile value
@@ -264,8 +278,11 @@ class Renderer:
         src = e.args[0].dtype if e.args else e.dtype
         if e.name == "where":
             text = _sel(e.dtype, args[0], args[1], args[2])
+        elif e.name == "checked":
+            text = checks.render(e, args)
         elif e.name == "cast":
-            text = f"({args[0]} != 0)" if e.dtype is dt.bool_ else args[0]
+            text = f"({args[0]} != 0)" if e.dtype is dt.bool_ else \
+                _float_to_int(args[0], src, e.dtype) if src.is_floating_point and e.dtype.is_integer else args[0]
         elif e.name == "exp" and self.fast is not None and src is dt.float32:
             self.fast.append(args[0])
             text = f"braze__exp_normal({args[0]})"
@@ -449,7 +466,8 @@ def _hoist(k: ir.Kernel, lines: list[str]) -> dict[ir.Expr, str]:
     out: dict[ir.Expr, str] = {}
     r = Renderer([])
     for n in (n for s in k.stages for e in ir.stage_exprs(s) for n in ir.walk(e)):
-        if isinstance(n, ir.Load) and not any(n.index.coeffs) and not n.index.divs and not n.when and n not in out:
+        if isinstance(n, ir.Load) and not any(n.index.coeffs) and not n.index.divs and not n.when and not n.at \
+                and n not in out:
             out[n] = f"s{len(out)}"
             lines.append(f"    const {vtype(n.dtype)} {out[n]} = {r.load(n.arg, n.index, n.dtype)};")
     return out
@@ -621,7 +639,8 @@ def _may_stream(k: ir.Kernel) -> bool:
     """Could this kernel's stores stream (every store contiguous along the innermost
     loop, no written argument read)? Whether they should is a matter of size."""
     stores = [s for s in k.stages if isinstance(s, ir.Store)]
-    if not stores or not k.inner or any(s.index.coeffs[-1] != 1 for s in stores):
+    if not stores or not k.inner or any(s.index.coeffs[-1] != 1 for s in stores) \
+            or any(isinstance(s, ir.Scan) for s in k.stages):
         return False
     for st in k.stages:
         for e in ir.stage_exprs(st):
@@ -633,9 +652,14 @@ def _may_stream(k: ir.Kernel) -> bool:
 #: The renderer of chain kernels (``codegen/chain.py``, which builds on this module and
 #: registers itself here when imported: the package imports it, so it always is).
 CHAIN_RENDERER: Callable[[ir.Kernel, list[str], dict[ir.Expr, str]], str] | None = None
+#: The renderers of top-k kernels (``codegen/topk.py``) and of a row's element loops
+#: when it scans (``codegen/scan.py``), registered as chain.py's is.
+TOPK_RENDERER: Callable[[ir.TopK, str, int], str] | None = None
+SCAN_RENDERER: Callable[[ir.Kernel, list[str], int, dict[ir.Expr, str]], list[str]] | None = None
 
 
-def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str, sizes: int = 0, stream: bool | None = None) -> str:
+def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows | ir.TopK, name: str, sizes: int = 0,
+                  stream: bool | None = None) -> str:
     """The C source of one kernel: ``void name(void **args, int64_t nthreads)``. A
     generic kernel (``codegen/generic.py``) reads its ``sizes`` named sizes from the
     argument after its buffers, and decides when it runs whether its stores stream
@@ -645,6 +669,9 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str, sizes: int = 
             + quant.kernel_source(k, name, sizes)
     if isinstance(k, ir.QRows):
         return quant.kernel_source(k, name, sizes)
+    if isinstance(k, ir.TopK):
+        assert TOPK_RENDERER is not None, "braze.codegen.topk registers the top-k renderer when imported"
+        return TOPK_RENDERER(k, name, sizes)
     sized = quant.bind_sizes(len(k.args), sizes)
     if sizes and stream is None and _may_stream(k) and prod(k.outer) and any(isinstance(s, ir.Store) for s in k.stages):
         bodies = [kernel_source(k, f"{name}_{w}", sizes, w == "s").replace("void ", "static void ", 1) for w in "sp"]
@@ -652,7 +679,7 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows, name: str, sizes: int = 
                                     f"    if ({_footprint(k)} >= {llc_bytes()}) {name}_s(args, nthreads);",
                                     f"    else {name}_p(args, nthreads);", "}"])
     lines = [f"void {name}(void **args, int64_t nthreads) {{", *_pointers(k.args)]
-    lines += sized
+    lines += sized + checks.err_pointer(k, sizes)
     rows = prod(k.outer)
     row_len = prod(k.inner)
     if rows == 0:  # no row to compute (and a size-0 dim must not reach a % 0)
@@ -714,6 +741,9 @@ def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, str
             out.append(f"{ind}}}")
         return out
 
+    # gathers' row-constant index checks, once per row (their loops then vectorise)
+    row_checked, hoisted = checks.hoisted_rows(k, Renderer(coords, prefix="g", n_outer=n_out, hoisted=hoisted), hoisted)
+    lines += [body_indent + t for t in row_checked]
     rolled = _rolling(k, passes, coords, n_out, hoisted)
     if rolled:
         lines += [body_indent + t for t in rolled]
@@ -748,6 +778,9 @@ def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, str
         elem.memo[e] = elem.memo.pop(ir.Load(st.arg, st.index, k.args[st.arg][0]))
     if streamed:
         return lines + _streamed_loop(k, coords, elem, body_indent)
+    if any(isinstance(s, ir.Scan) for s in k.stages):  # a prefix fold: codegen/scan.py
+        assert SCAN_RENDERER is not None, "braze.codegen.scan registers the scan renderer when imported"
+        return lines + [body_indent + t for t in SCAN_RENDERER(k, coords, n_out, elem.hoisted)]
     stores = [elem.store(s.arg, s.index, s.expr, k.args[s.arg][0]) for s in k.stages if isinstance(s, ir.Store)]
     if stores:
         lines += inner_loop(elem.take() + stores)
@@ -835,6 +868,6 @@ def _streamed_loop(k: ir.Kernel, coords: list[str], elem: Renderer, ind: str) ->
 
 def module_source(kernel_sources: list[str]) -> str:
     """One C translation unit holding the given kernels' sources."""
-    return "\n".join([header("cmath.h"), header("tile.h"), PRELUDE, quant.instantiations(kernel_sources)]
+    return "\n".join([header("cmath.h"), header("tile.h"), PRELUDE, checks.PRELUDE, quant.instantiations(kernel_sources)]
                      + kernel_sources) + "\n"
 

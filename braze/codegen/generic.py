@@ -74,20 +74,22 @@ def _reindexed(k: ir.Kernel, outer: tuple[int, ...], inner: tuple[int, ...],
 
     stages: list[ir.Stage] = []
     for st in k.stages:
-        if isinstance(st, ir.Reduce):
+        if isinstance(st, (ir.Reduce, ir.Scan)):
             stages.append(replace(st, expr=ir.mapped(st.expr, leaf)))
         else:
             assert isinstance(st, (ir.Store, ir.StoreRow))
             stages.append(replace(st, index=affine(st.index), expr=ir.mapped(st.expr, leaf)))
-    return ir.Kernel(outer, inner, stages, k.args)
+    return ir.Kernel(outer, inner, stages, k.args, k.checks)
 
 
 def canonical(k: ir.Kernel) -> ir.Kernel:
     """The same kernel over the fewest loops (see the module's doc); ``k`` itself when
     it reads a coordinate or has repair terms (a rolling reduction), left as it is."""
     if _pinned(k) or any(isinstance(st, ir.Reduce) and st.repair is not None for st in k.stages) \
-            or any(a.divs for a in _indices(k)):  # a division pins the loop it divides
-        return k
+            or any(a.divs for a in _indices(k)) \
+            or any(isinstance(st, ir.Scan) for st in k.stages) \
+            or any(isinstance(n, ir.Load) and n.at for st in k.stages for e in ir.stage_exprs(st) for n in ir.walk(e)):
+        return k  # (a division pins the loop it divides; a scan keeps its row, even of one element; a gather's index terms are left as they are)
     indices = list(dict.fromkeys(_indices(k)))
     dims = list(k.outer) + list(k.inner)
     n_out = len(k.outer)
@@ -112,10 +114,10 @@ def canonical(k: ir.Kernel) -> ir.Kernel:
     return _reindexed(k, outer, inner, coeffs)
 
 
-Generic = tuple[ir.Kernel | ir.QLinear | ir.QRows, tuple[int, ...]]
+Generic = tuple[ir.Kernel | ir.QLinear | ir.QRows | ir.TopK, tuple[int, ...]]
 
 
-def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
+def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows | ir.TopK) -> Generic | None:
     """``k`` in canonical form with its sizes as ``ir.Size`` (and their values, in name
     order), or None for a kernel that has none to name (every extent 1). A chain kernel
     (attention) keeps its loops and its head dims, which size its tiles; its rows and
@@ -123,6 +125,12 @@ def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
     path, whose decoding kernels keep theirs) and a row gather's counts are its sizes."""
     if isinstance(k, ir.QLinear):
         return (replace(k, m=Size(k.m, "n0")), (k.m,)) if k.m > quant.FEW and k.prologue is None else None
+    if isinstance(k, ir.TopK):  # every extent and stride a size of its own; k sizes its buffer
+        given = (*k.outer, *k.xstrides, k.n, k.xstride, *k.ostrides, k.ostride)
+        sz = [Size(v, f"n{i}") for i, v in enumerate(given)]
+        r = len(k.outer)
+        return replace(k, outer=tuple(sz[:r]), xstrides=tuple(sz[r:2 * r]), n=sz[2 * r], xstride=sz[2 * r + 1],
+                       ostrides=tuple(sz[2 * r + 2:3 * r + 2]), ostride=sz[-1]), given
     if isinstance(k, ir.QRows):  # its count of ids, and of the table's rows (an intermediate's: a prompt's)
         given = tuple(v for v in (k.n, k.rows) if v > 1)
         n, rows = (Size(v, f"n{sum(u > 1 for u in (k.n, k.rows)[:i])}") if v > 1 else v
@@ -178,7 +186,9 @@ def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
     def load(e: ir.Load) -> ir.Load:  # a cat's or pad's range too: where its input lies
         when = tuple((c, spelled(lo, (e.arg, e.index, c, "lo")), spelled(hi, (e.arg, e.index, c, "hi")))
                      for c, lo, hi in e.when)
-        return replace(e, index=affine(e.index, e.arg), when=when)
+        # a gather's terms: its index (loads, and the checked size) and the stride it picks along
+        at = tuple((mapped(i), spelled(st, (e.arg, e.index, "at", j))) for j, (i, st) in enumerate(e.at))
+        return replace(e, index=affine(e.index, e.arg), when=when, at=at)
 
     def expr(e: ir.Expr) -> ir.Expr:
         if isinstance(e, ir.Load):
@@ -196,6 +206,8 @@ def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
     for st in k.stages:
         if isinstance(st, ir.Reduce):
             stages.append(replace(st, expr=mapped(st.expr), repair=mapped(st.repair)))
+        elif isinstance(st, ir.Scan):
+            stages.append(replace(st, expr=mapped(st.expr)))
         elif isinstance(st, (ir.Store, ir.StoreRow)):
             stages.append(replace(st, index=affine(st.index, st.arg), expr=mapped(st.expr)))
         elif isinstance(st, ir.Contract):  # its size (the value rows' width) stays, as the Dot's length
@@ -203,5 +215,5 @@ def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows) -> Generic | None:
                                   post=mapped(st.post), repair=mapped(st.repair)))
         else:
             return None
-    out = ir.Kernel(tuple(names[:len(k.outer)]), tuple(names[len(k.outer):]), stages, k.args)
+    out = ir.Kernel(tuple(names[:len(k.outer)]), tuple(names[len(k.outer):]), stages, k.args, k.checks)
     return out, tuple(values + extra)

@@ -16,7 +16,7 @@ from ..layout import broadcast_shapes
 from ..creation import arange
 from ..functions import (
     gelu,
-    index_select,
+    index_take,
     pad,
     qembedding,
     qlinear,
@@ -50,7 +50,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 def embedding(ids: Tensor, weight: Tensor) -> Tensor:
     if weight.dtype.is_block:
         return qembedding(weight, ids.reshape(-1)).reshape(ids.shape + (weight.shape[1],))
-    return index_select(weight, 0, ids.reshape(-1)).reshape(ids.shape + (weight.shape[1],))
+    return index_take(weight, 0, ids)
 
 
 def rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:

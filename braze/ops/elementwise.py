@@ -180,12 +180,24 @@ def _cast_dtype(op: str, dtypes: Sequence[DType], attrs: dict[str, Any]) -> list
 
 
 def _cast(x: np.ndarray, dtype: DType) -> np.ndarray:
-    if dtype.kind in "int uint" and x.dtype.kind == "f":
-        # float -> int truncates toward zero; nan/inf give 0 rather than undefined values.
-        x = np.where(np.isfinite(x), np.trunc(x), 0)
+    if dtype.kind in "int uint" and (x.dtype.kind == "f" or x.dtype == dt.bfloat16.np):
+        return float_to_int(x, dtype)
     if dtype.is_half and x.dtype.kind in "iub":
         x = x.astype(np.float32)
     return x.astype(dtype.np)
+
+
+def float_to_int(x: np.ndarray, dtype: DType) -> np.ndarray:
+    """float -> int as braze defines it (C and numpy leave the edges undefined): truncate
+    toward zero, saturate at the type's range (so +-inf give its max and min), nan gives
+    0. The compiled cast (``codegen/c.py``) does the same comparisons."""
+    info = np.iinfo(dtype.np)
+    w = x.astype(np.float64)
+    lo, hi = float(info.min), float(info.max)
+    inside = (w > lo) & (w < hi)  # nan is neither
+    out = np.where(inside, np.trunc(np.where(inside, w, 0)), 0).astype(np.int64)
+    out = np.where(w <= lo, info.min, np.where(w >= hi, info.max, out))
+    return out.astype(dtype.np)
 
 
 register(OpDef("cast", same_shape, _cast_dtype, _cast, compute="native"))

@@ -2,12 +2,13 @@
 
 An element-wise op lowers to an ``ir.Op`` over its operands' expressions; a reduction
 lowers to a ``ReduceSpec`` (the fold and what to do with the folded value per row);
-creation ops lower to constants and coordinates. Ops without a lowering here (matmul,
-sort, gather, ...) run as extern steps inside a plan, between fused kernels.
+creation ops lower to constants and coordinates; gathers to loads at a checked,
+data-dependent index. Ops without a lowering here (matmul, sort, ...) run as extern
+steps inside a plan, between fused kernels.
 
 A lowering may refuse by returning None for a particular dtype or attribute, when the
-C code would not reproduce the reference bit for bit in meaning (float->int casts of
-out-of-range values, integer division by zero, float floor division): those nodes then
+C code would not reproduce the reference bit for bit in meaning (integer division by
+zero, float floor division): those nodes then
 run as extern steps, and ``BRAZE_DEBUG=1`` says so.
 """
 
@@ -34,12 +35,14 @@ class ReduceSpec:
 
     op: str
     acc: DType
-    post: str  # "none", "mean", "var"
+    post: str  # "none", "mean", "var", "scan" (a prefix fold: ``ir.Scan``)
     correction: float = 0.0
 
 
 #: The reductions that lower; the scheduler treats their nodes as row folds.
 REDUCTIONS = frozenset({"sum", "prod", "mean", "amax", "amin", "any", "all"})
+#: The scans that lower (``ir.Scan``: a prefix fold along the row, ``post`` "scan").
+SCANS = frozenset({"cumsum"})
 
 
 def _pointwise(name: str) -> Lowering:
@@ -58,9 +61,7 @@ def _int_division(name: str) -> Lowering:
 
 
 def _cast(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | None:
-    src = args[0].dtype
-    if out.is_integer and src.is_floating_point:
-        return None  # out-of-range float -> int is undefined in C
+    # float -> int saturates and maps nan to 0, as the reference defines it (codegen/c.py)
     return ir.Op("cast", tuple(args), out)
 
 
@@ -83,6 +84,16 @@ def _reduce(op: str) -> Lowering:
             return ReduceSpec(op, dt.bool_, "none")
         return None
     return lower
+
+
+def _cumsum(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ReduceSpec | None:
+    """``cumsum`` folds in the reference's accumulator: int64 for integers and bools,
+    float64 for float64, float32 for the others (half types, rounded when stored)."""
+    if not attrs["in_shapes"][0]:
+        return None
+    src = args[0].dtype
+    acc = dt.int64 if src is dt.bool_ or src.is_integer else dt.float64 if src is dt.float64 else dt.float32
+    return ReduceSpec("sum", acc, "scan")
 
 
 def _shifted(load: ir.Expr, shifts: dict[int, int], when: tuple[tuple[int, int, int], ...]) -> ir.Expr:
@@ -150,6 +161,42 @@ def _pad(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | No
     return load if cond is None else ir.Op("where", (cond, load, fill), out)
 
 
+#: Ops that read their first input at a data-dependent index along ``attrs["dim"]``: the
+#: scheduler loads that input without the dim's coordinate (``in_strides`` says its
+#: stride) and the lowering adds the checked index term (``ir.Load.at``).
+GATHERS = frozenset({"gather", "index_select"})
+
+
+def _gather(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | None:
+    """``gather`` and ``index_select``: x at the output's coordinates but along ``dim``,
+    where it reads the index tensor's value, bounds-checked in the kernel
+    (``ir.checked``). x is a load, or the expression of an element-wise producer in the
+    group (``fuse.inlined_source``): every load in it has its term along the gathered
+    coordinate (``attrs["gathered"]``) moved to the index, and the coordinate itself
+    becomes the index. Where the scheduler left that dim out of x's load (an index of
+    another rank than 1), the term is x's stride."""
+    x, idx = args
+    d, c = attrs["dim"], attrs["gathered"]
+    shape = attrs["in_shapes"][0]
+    if not shape:
+        return None
+    i = idx if idx.dtype is dt.int64 else ir.Op("cast", (idx,), dt.int64)
+    sel = ir.checked(i, shape[d], attrs["node"], attrs["op"], d)
+    if c is None:
+        assert isinstance(x, ir.Load)
+        return ir.Load(x.arg, x.index, x.dtype, x.when, x.at + ((sel, attrs["in_strides"][0][d]),))
+
+    def leaf(e: ir.Expr) -> ir.Expr:
+        if isinstance(e, ir.Load):
+            coeffs = list(e.index.coeffs)
+            k, coeffs[c] = coeffs[c], 0
+            return ir.Load(e.arg, ir.Affine(e.index.offset, tuple(coeffs)), e.dtype, e.when, e.at + ((sel, k),))
+        if isinstance(e, ir.Coord) and e.dim == c:
+            return sel if e.dtype is dt.int64 else ir.Op("cast", (sel,), e.dtype)
+        return e
+    return ir.mapped(x, leaf)
+
+
 def _full(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr:
     return ir.Const(attrs["value"], out)
 
@@ -185,8 +232,11 @@ def install() -> None:
     REGISTRY["copy"].lower = lambda args, attrs, out: args[0]
     for name in REDUCTIONS:
         REGISTRY[name].lower = _reduce(name)
+    REGISTRY["cumsum"].lower = _cumsum
     REGISTRY["cat"].lower = _cat
     REGISTRY["pad"].lower = _pad
+    for name in GATHERS:
+        REGISTRY[name].lower = _gather
     REGISTRY["full"].lower = _full
     REGISTRY["arange"].lower = _arange
 

@@ -109,6 +109,8 @@ def fold(s: Scheduler, step: KernelStep) -> KernelStep | str:
         return ""
     if not all(isinstance(st, ir.Store) for st in k.stages):
         return "the group reduces (an epilogue is element-wise)"
+    if k.checks:
+        return "the group gathers (its index checks are its kernel's)"
     share = found[0][1].share
     found = [(a, p) for a, p in found if p.share == share][:quant_kernels.MAX_WEIGHTS]
     q = found[0][1].kernel

@@ -35,7 +35,7 @@ from typing import Any, Sequence
 from .. import dtypes as dt
 from .. import ir
 from ..layout import Layout, Shape
-from ..ops.lowering import REDUCTIONS, ReduceSpec
+from ..ops.lowering import GATHERS, REDUCTIONS, SCANS, ReduceSpec
 from . import dce
 from . import recompute
 from . import chain
@@ -44,6 +44,7 @@ from . import prologue
 from . import split
 from .group import ExternStep, Group, Key, KernelStep, Value, affine
 from ..codegen import quant as quant_kernels
+from ..codegen import topk as topk_kernels
 
 ROW_MIN = 1024
 
@@ -115,6 +116,8 @@ class Scheduler:
             if node.op.name == "assign" and self.assign(i, node):
                 continue
             if node.op.name == "qembedding" and self.qrows(i, node):
+                continue
+            if node.op.name == "topk" and self.topk(i, node):
                 continue
             if node.op.inplace or lower is None:
                 if lower is None and not node.op.inplace:
@@ -254,6 +257,25 @@ class Scheduler:
                                      [(i, 0), (i, 1), None]))
         return True
 
+    def topk(self, i: int, node: Any) -> bool:
+        """``topk`` of small k: a kernel step of its own (``ir.TopK``) after the group
+        that computes x; False (an extern step, numpy's sort) for a large k."""
+        (x,), (vals, idx) = node.inputs, node.outputs
+        k, d = node.attrs["k"], node.attrs["dim"]
+        shape = x.layout.shape
+        if not shape or not 0 < k <= topk_kernels.MAX_K or vals.layout.strides != idx.layout.strides:
+            refuse(node, f"top-{k}: runs as an extern step (kernels take 1 <= k <= {topk_kernels.MAX_K})")
+            return False
+        self.settle(node)
+        rest = [a for a in range(len(shape)) if a != d]
+        kernel = ir.TopK(k, node.attrs["largest"], x.storage.dtype, tuple(shape[a] for a in rest),
+                         tuple(x.layout.strides[a] for a in rest), shape[d], x.layout.strides[d],
+                         tuple(vals.layout.strides[a] for a in rest), vals.layout.strides[d])
+        kv, ki = self.key(vals.storage), self.key(idx.storage)
+        self.materialized.update((kv, ki))
+        self.steps.append(KernelStep(kernel, [self.key(x.storage), kv, ki], [kv, ki], [i], [(i, 0), None, None]))
+        return True
+
     def assign(self, i: int, node: Any) -> bool:
         """An in-place copy (``x[i] = v``, a KV cache write) into another storage of
         the same dtype: a copy kernel of its own, after every open group closes (as an
@@ -282,6 +304,8 @@ class Scheduler:
 
     # -- placing a lowerable node ------------------------------------------------------
     def place(self, i: int, node: Any) -> bool:
+        if node.op.name in SCANS and not node.inputs[0].layout.shape:
+            return False  # a 0-d scan is a copy: left to the reference
         candidates = []
         for o in node.inputs:
             g = self.producer.get(self.key(o.storage))
@@ -304,23 +328,28 @@ class Scheduler:
                 best = (s, g)
         if best is not None:
             return self.add(best[1], i, node)
-        g = self.new_group(node, reduce=node.op.name in REDUCTIONS)
+        g = self.new_group(node, reduce=node.op.name in REDUCTIONS or node.op.name in SCANS)
         if g is None:
             return False
         return self.add(g, i, node)
 
+    @staticmethod
+    def folded(node: Any) -> tuple[int, ...]:
+        """The dims a reduction or a scan folds over."""
+        return tuple(node.attrs["dims"]) if node.op.name in REDUCTIONS else (node.attrs["dim"],)
+
     def space(self, g: Group, node: Any) -> tuple[str, tuple[int | None, ...]] | None:
         """How the node's dims map onto the group's coordinates, or None."""
-        if node.op.name in REDUCTIONS:
+        if node.op.name in REDUCTIONS or node.op.name in SCANS:
             src = node.inputs[0].layout.shape
-            dims = node.attrs["dims"]
+            dims = self.folded(node)
             kept = [d for d in range(len(src)) if d not in dims]
             if src != g.elem_shape or tuple(kept) + tuple(dims) != tuple(
                     sorted(range(len(src)), key=lambda d: g.elem_map[d])):
                 return None
             if len(kept) != len(g.outer) and (g.stages or g.row_shapes):
                 return None  # rows are fixed once the group has reduced something
-            return "reduce", g.elem_map
+            return "reduce" if node.op.name in REDUCTIONS else "scan", g.elem_map
         shape = node.outputs[0].layout.shape
         if shape == g.elem_shape:
             return "elem", g.elem_map
@@ -328,27 +357,72 @@ class Scheduler:
             return "row", g.row_shapes[shape]
         return None
 
+    @staticmethod
+    def view(node: Any, j: int, dim_map: Sequence[int | None]) -> tuple[Layout, Sequence[int | None]]:
+        """How input ``j`` of a node is read in the group: its layout and the group
+        coordinate of each of its dims. A gather's source is read as at the output's
+        coordinates (the lowering moves the gathered coordinate's term to the index's),
+        but where ``index_select``'s index is not 1-d: then without its gathered dim
+        (the lowering adds the term); that index runs along the output's dims from ``dim``."""
+        o = node.inputs[j]
+        if node.op.name not in GATHERS or not node.inputs[0].layout.shape:
+            return o.layout, dim_map
+        d = node.attrs["dim"]
+        m = node.inputs[1].layout.ndim if node.op.name == "index_select" else 1  # the output dims of the index
+        if j == 0 and m != 1:
+            shape = o.layout.shape[:d] + (1,) + o.layout.shape[d + 1:]
+            return Layout(shape, o.layout.strides, o.layout.offset), tuple(dim_map[:d]) + (None,) + tuple(dim_map[d + m:])
+        return (o.layout, tuple(dim_map[d:d + m])) if node.op.name == "index_select" and j else (o.layout, dim_map)
+
+    @staticmethod
+    def gathered_coord(node: Any, dim_map: Sequence[int | None]) -> int | None:
+        """The group coordinate along which a gather's source is read at its index
+        (None where the source's load leaves that dim out: see ``view``)."""
+        d = node.attrs["dim"]
+        m = node.inputs[1].layout.ndim if node.op.name == "index_select" else 1
+        return dim_map[d] if m == 1 and node.inputs[0].layout.shape else None
+
     def can_fuse(self, g: Group, node: Any) -> str:
         sp = self.space(g, node)
         if sp is None:
             return f"iteration space {node.outputs[0].layout.shape} does not match the group's {g.elem_shape}"
         kind, dim_map = sp
-        for o in node.inputs:
+        for j, o in enumerate(node.inputs):
             k = self.key(o.storage)
             v = g.values.get(k)
             if v is None:
                 continue
-            want = affine(o.layout, dim_map, g.ndim)
+            layout, in_map = self.view(node, j, dim_map)
+            want = affine(layout, in_map, g.ndim)
+            if node.op.name in GATHERS and j == 0:
+                why = self.inlined_source(g, v, self.gathered_coord(node, dim_map)) if want == v.index else \
+                    "not element-aligned"
+                if why:
+                    return f"{node.op.name} picks from #{o.storage.id} at data-dependent indices: {why}"
             if want != v.index:
                 return f"reads #{o.storage.id} through a view that is not element-aligned ({o.layout})"
             if kind == "row" and not v.row:
                 return "a row-level node cannot read an element-level value"
-            if kind == "reduce" and v.row:
-                return "a reduction over a row value"
+            if kind in ("reduce", "scan") and v.row:
+                return f"a {kind} over a row value"
             if node.op.name in ("cat", "pad"):
                 return f"{node.op.name} reads #{o.storage.id} at shifted coordinates, not where the group computes it"
-        if kind == "reduce" and any(isinstance(s, ir.Store) for s in g.stages):
-            return "the group already stores element values before this reduction"
+        if kind == "reduce" and any(isinstance(s, (ir.Store, ir.Scan)) for s in g.stages):
+            return "the group already stores element values (or scans) before this reduction"
+        return ""
+
+    @staticmethod
+    def inlined_source(g: Group, v: Value, c: int | None) -> str:
+        """Why a gather cannot compute its source's value (``v``, in its group) at the
+        gathered places itself ("" when it can): only element-wise work over loads, in a
+        group that has not reduced (a row's accumulator is its own row's)."""
+        if c is None or g.stages or g.slices or g.contract is not None:
+            return "its group reduces or writes slices: the source must be in memory"
+        nodes = list(ir.walk(v.expr))
+        if not any(isinstance(n, ir.Load) for n in nodes):
+            return "the source loads nothing"
+        if any(isinstance(n, (ir.Acc, ir.Var, ir.Dot)) or isinstance(n, ir.Load) and (n.when or n.at) for n in nodes):
+            return "the source reads guarded, gathered or row values"
         return ""
 
     def score(self, g: Group, node: Any) -> int:
@@ -366,7 +440,7 @@ class Scheduler:
         gid = len(self.groups)
         if reduce:
             src = node.inputs[0].layout.shape
-            dims = node.attrs["dims"]
+            dims = self.folded(node)
             kept = [d for d in range(len(src)) if d not in dims]
             order = kept + list(dims)
             coord = {d: c for c, d in enumerate(order)}
@@ -379,6 +453,9 @@ class Scheduler:
             split = len(shape) - 1 if shape else 0
             while split > 0 and prod(shape[split:]) < ROW_MIN:
                 split -= 1
+            if node.op.name == "index_select" and shape:
+                # rows at one index each: checked once per row (an embedding's)
+                split = node.attrs["dim"] + node.inputs[1].layout.ndim
             g = Group(gid, shape[:split], shape[split:], shape, tuple(range(len(shape))))
         self.groups.append(g)
         self.open.append(g)
@@ -390,15 +467,18 @@ class Scheduler:
         v = g.values.get(k)
         if v is not None:
             return v.expr
+        node = self.nodes[ref[0]]
+        layout, dim_map = self.view(node, ref[1], dim_map)
         made = self.created.get(k)
-        if made is None or self.nodes[ref[0]].op.name in ("cat", "pad"):  # they shift and guard loads
-            return self.load(g, o, dim_map, g.ndim, ref)
+        if made is None or node.op.name in ("cat", "pad") or node.op.name in GATHERS and ref[1] == 0:
+            # cat and pad shift and guard their loads; a gather adds its index to its source's
+            return self.load_at(g, o.storage, affine(layout, dim_map, g.ndim), ref)
         # A value of the index alone (a causal mask from two aranges), or a copy of a
         # view: recomputed (read through) where it is read, so it never needs a buffer
         # or a kernel of its own.
-        expr = made(affine(o.layout, dim_map, g.ndim), g.outer + g.inner, self.loader(g))
+        expr = made(affine(layout, dim_map, g.ndim), g.outer + g.inner, self.loader(g))
         if expr is None:
-            return self.load(g, o, dim_map, g.ndim, ref)
+            return self.load_at(g, o.storage, affine(layout, dim_map, g.ndim), ref)
         self.readers[k].discard(ref[0])
         return expr
 
@@ -459,7 +539,10 @@ class Scheduler:
         kind, dim_map = sp
         args = [self.operand(g, o, dim_map, (i, j)) for j, o in enumerate(node.inputs)]
         out = node.outputs[0]
-        ctx = {**node.attrs, "coords": dim_map, "in_shapes": [o.layout.shape for o in node.inputs]}
+        ctx = {**node.attrs, "coords": dim_map, "in_shapes": [o.layout.shape for o in node.inputs],
+               "in_strides": [o.layout.strides for o in node.inputs], "node": i, "op": node.op.name}
+        if node.op.name in GATHERS:
+            ctx["gathered"] = self.gathered_coord(node, dim_map)
         result = node.op.lower(args, ctx, out.storage.dtype)
         if result is None:
             refuse(node, f"no lowering for dtype {out.storage.dtype.name} with {node.attrs}: runs as an extern step")
@@ -467,7 +550,10 @@ class Scheduler:
                 self.open.remove(g)
                 self.groups.remove(g)
             return False
-        if isinstance(result, ReduceSpec):
+        if isinstance(result, ReduceSpec) and result.post == "scan":
+            value = Value(self.reduce(g, node, result, args[0]), affine(out.layout, dim_map, g.ndim), False,
+                          out.layout.shape, dim_map)
+        elif isinstance(result, ReduceSpec):
             expr = self.reduce(g, node, result, args[0])
             keep = node.attrs["keepdim"]
             src = node.inputs[0].layout.shape
@@ -488,10 +574,10 @@ class Scheduler:
         if not g.stages:
             # The first reduction decides what a row is. Coordinates are numbered outer
             # then inner in one sequence, so moving the split renumbers nothing.
-            n_kept = len(g.elem_shape) - len(node.attrs["dims"])
+            n_kept = len(g.elem_shape) - len(self.folded(node))
             coords = g.outer + g.inner
             g.outer, g.inner = coords[:n_kept], coords[n_kept:]
-        g.stages.append(ir.Reduce(spec.op, arg, spec.acc))
+        g.stages.append(ir.Scan(spec.op, arg, spec.acc) if spec.post == "scan" else ir.Reduce(spec.op, arg, spec.acc))
         acc: ir.Expr = ir.Acc(len(g.stages) - 1, spec.acc)
         out = node.outputs[0].storage.dtype
         if spec.post == "mean":
@@ -537,7 +623,9 @@ class Scheduler:
         keys = [a if isinstance(a, int) else a[0] for a in order]
         if g.contract is None:
             stages = chain.rolling(stages, len(g.outer), g.inner)
-        kernel = split.split_divisions(ir.Kernel(g.outer, g.inner, stages, [(self.dtypes[k], k in outputs) for k in keys]))
+        stages, checks = ir.numbered_checks(stages)
+        kernel = split.split_divisions(ir.Kernel(g.outer, g.inner, stages, [(self.dtypes[k], k in outputs) for k in keys],
+                                                 checks))
         step = KernelStep(kernel, keys, outputs, sorted(members), [g.refs.get(args[a]) for a in order])
         folded = epilogue.fold(self, step)
         if isinstance(folded, str):

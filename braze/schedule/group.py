@@ -16,7 +16,7 @@ Key = int  # a storage's relative id within the flushed stream
 
 @dataclass
 class KernelStep:
-    kernel: ir.Kernel | ir.QLinear | ir.QRows
+    kernel: ir.Kernel | ir.QLinear | ir.QRows | ir.TopK
     args: list[Key]  # storage of each kernel argument
     outputs: list[Key]  # storages this kernel produces (to allocate)
     nodes: list[int]

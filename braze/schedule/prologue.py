@@ -60,6 +60,8 @@ def _fold(s: Scheduler, step: KernelStep, y: Key, users: list[KernelStep]) -> st
         return f"x has {q.m} rows (more than {quant_kernels.FEW}: the GEMM path reads x from memory)"
     if any(isinstance(st, ir.Contract) for st in k.stages):
         return "a chain kernel"
+    if k.checks:
+        return "it gathers (its index checks are its kernel's)"
     if y in s.live:
         return "Python holds x"
     nodes = {n for u in users for n in u.nodes} | set(step.nodes)  # the group's own reads are in registers

@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 from .. import dtypes as dt
 from .. import ir
 from ..layout import Layout
-from ..ops.lowering import REDUCTIONS, arange_value
+from ..ops.lowering import GATHERS, REDUCTIONS, SCANS, arange_value
 
 Key = int
 #: (storage, index, (node, input)) -> a load, or None where the reading group computes that storage itself
@@ -31,7 +31,7 @@ LoadAt = Callable[[Any, ir.Affine, tuple[int, int]], "ir.Load | None"]
 #: (index, the reading group's coordinate extents, load_at) -> the value at that index
 Recompute = Callable[[ir.Affine, Sequence[int], LoadAt], "ir.Expr | None"]
 MAX_OPS = 24
-_NOT_POINTWISE = REDUCTIONS | {"cat", "pad"}
+_NOT_POINTWISE = REDUCTIONS | SCANS | GATHERS | {"cat", "pad"}
 
 
 def dims_at(shape: Sequence[int], index: ir.Affine, extents: Sequence[int]) -> list[ir.Expr] | None:

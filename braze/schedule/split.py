@@ -52,6 +52,9 @@ def _splittable(k: ir.Kernel) -> tuple[int, int] | None:
                     pinned.add(n.dim)
                 elif isinstance(n, ir.Load):
                     pinned.update(c for c, _, _ in n.when)
+    if any(isinstance(st, ir.Scan) for st in k.stages) \
+            or any(isinstance(n, ir.Load) and n.at for st in k.stages for e in _stage_exprs(st) for n in ir.walk(e)):
+        return None  # a scan's row and a gather's index terms are left as they are
     indices = _all_indices(k)
     for c, extent in enumerate(k.outer):
         divs = [(add, d) for a in indices for cc, add, d, _ in a.divs if cc == c]
@@ -102,6 +105,7 @@ def _split(k: ir.Kernel, c: int, d: int) -> ir.Kernel:
             stages.append(replace(st, index=index(st.index), weight=expr(st.weight), v=load(st.v),
                                   post=expr(st.post), repair=opt(st.repair)))
         else:
+            assert isinstance(st, (ir.Store, ir.StoreRow))
             stages.append(replace(st, index=index(st.index), expr=expr(st.expr)))
     outer = k.outer[:c] + (k.outer[c] // d, d) + k.outer[c + 1:]
-    return ir.Kernel(outer, k.inner, stages, k.args)
+    return ir.Kernel(outer, k.inner, stages, k.args, k.checks)
