@@ -427,3 +427,22 @@ def test_full_holds_its_value_rounded_to_a_half_type() -> None:
             got = (braze.full((3,), value, dtype=getattr(braze, dtype)) * 1.0).numpy().astype(np.float32)
             want = np.full(3, value, dtype=np.float32).astype(getattr(braze, dtype).np).astype(np.float32)
             np.testing.assert_array_equal(got, want)
+
+
+def test_tril_and_triu_masks_are_computed_in_their_consumer() -> None:
+    """``triu(full(-inf), 1)`` and ``tril(ones) == 0`` are index arithmetic in the kernel
+    that reads them, also where they are recomputed under a broadcast (B, H, N, N) read."""
+    rng = np.random.default_rng(3)
+    s = rng.standard_normal((2, 3, 9, 9)).astype(np.float32)
+    braze.reset_stats()
+    a = (braze.from_numpy(s) + braze.triu(braze.full((9, 9), float("-inf")), diagonal=1)).numpy()
+    assert braze.stats()["kernel_launches"] == 1
+    np.testing.assert_array_equal(a, s + np.triu(np.full((9, 9), -np.inf, np.float32), 1))
+    braze.reset_stats()
+    b = braze.from_numpy(s).masked_fill(braze.tril(braze.ones(9, 9)).view(1, 1, 9, 9) == 0, float("-inf")).numpy()
+    assert braze.stats()["kernel_launches"] == 1
+    np.testing.assert_array_equal(b, np.where(np.tril(np.ones((9, 9), bool)), s, -np.inf))
+    x = rng.standard_normal((4, 5, 7)).astype(np.float32)
+    for k in (-2, 0, 3):
+        np.testing.assert_array_equal(braze.from_numpy(x).tril(k).mul(2).numpy(), np.tril(x, k) * 2)
+        np.testing.assert_array_equal(braze.from_numpy(x).triu(k).mul(2).numpy(), np.triu(x, k) * 2)

@@ -24,7 +24,9 @@ from .registry import REGISTRY
 
 #: ``lower(args, attrs, out_dtype)``: ``args`` are the inputs' expressions in the group's
 #: coordinates; ``attrs`` are the node's, plus ``coords`` (the group coordinate of each
-#: output dim) and ``in_shapes``, which movement-like ops (cat, pad) need.
+#: output dim) and ``in_shapes``, which movement-like ops (cat, pad) need; a value
+#: recomputed where it is read (schedule/recompute.py) also gets ``at``: each output dim
+#: as an int64 expression of the reader's coordinates.
 Lowering = Callable[[list[ir.Expr], dict[str, Any], DType], "ir.Expr | ReduceSpec | None"]
 
 
@@ -148,6 +150,20 @@ def _pad(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | No
     return load if cond is None else ir.Op("where", (cond, load, fill), out)
 
 
+def _triangle(keep: str) -> Lowering:
+    """``tril``/``triu`` as a guarded read: element (..., i, j) is the input where
+    ``j - i <= diagonal`` (tril) or ``j - i >= diagonal`` (triu), else 0, so a mask
+    built from ``triu(full(-inf), 1)`` is computed in its consumer."""
+    def lower(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | None:
+        at = attrs.get("at")
+        i, j = at[-2:] if at is not None else (
+            ir.Coord(c, dt.int64) if c is not None else ir.Const(0, dt.int64) for c in attrs["coords"][-2:])
+        diff = ir.Op("sub", (j, i), dt.int64)
+        cond = ir.Op(keep, (diff, ir.Const(attrs["diagonal"], dt.int64)), dt.bool_)
+        return ir.Op("where", (cond, args[0], ir.Const(0, out)), out)
+    return lower
+
+
 def _full(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr:
     return ir.Const(attrs["value"], out)
 
@@ -185,6 +201,8 @@ def install() -> None:
         REGISTRY[name].lower = _reduce(name)
     REGISTRY["cat"].lower = _cat
     REGISTRY["pad"].lower = _pad
+    REGISTRY["tril"].lower = _triangle("le")
+    REGISTRY["triu"].lower = _triangle("ge")
     REGISTRY["full"].lower = _full
     REGISTRY["arange"].lower = _arange
 
