@@ -446,3 +446,16 @@ def test_tril_and_triu_masks_are_computed_in_their_consumer() -> None:
     for k in (-2, 0, 3):
         np.testing.assert_array_equal(braze.from_numpy(x).tril(k).mul(2).numpy(), np.tril(x, k) * 2)
         np.testing.assert_array_equal(braze.from_numpy(x).triu(k).mul(2).numpy(), np.triu(x, k) * 2)
+
+
+def test_a_value_read_through_a_reshape_of_its_expansion_is_recomputed_at_the_right_element() -> None:
+    """``a[:, :, None].expand(3, 4, 2).reshape(3, 8)`` (repeat_interleave): one loop
+    coordinate of the reader walks two dims of the copy's shape; recomputing the copy
+    must not take it for the last dim alone (it read a[i, 0] for the whole row)."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    got = (braze.from_numpy(x) * braze.from_numpy(a).unsqueeze(-1).expand(3, 4, 2).reshape(3, 8)).numpy()
+    np.testing.assert_array_equal(got, x * np.repeat(a, 2, axis=1))
+    got = (braze.from_numpy(x) * (braze.from_numpy(a) * 2).unsqueeze(-1).expand(3, 4, 2).reshape(3, 8)).numpy()
+    np.testing.assert_array_equal(got, x * np.repeat(a * 2, 2, axis=1))

@@ -394,7 +394,8 @@ class Scheduler:
             return self.load(g, o, dim_map, g.ndim, ref)
         # A value of the index alone (a causal mask from two aranges): recomputed where
         # it is read, so it never needs a buffer or a kernel of its own.
-        expr = made(affine(o.layout, dim_map, g.ndim), lambda st, index, r: self.load_at(g, st, index, r))
+        expr = made(affine(o.layout, dim_map, g.ndim), g.outer + g.inner,
+                    lambda st, index, r: self.load_at(g, st, index, r))
         if expr is None:
             return self.load(g, o, dim_map, g.ndim, ref)
         self.readers[k].discard(ref[0])

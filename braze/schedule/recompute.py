@@ -27,15 +27,18 @@ from ..ops.lowering import REDUCTIONS, arange_value
 
 Key = int
 LoadAt = Callable[[Any, ir.Affine, tuple[int, int]], ir.Load]  # (storage, index, (node, input)) -> a load
-Recompute = Callable[[ir.Affine, LoadAt], "ir.Expr | None"]
+Recompute = Callable[[ir.Affine, Sequence[int], LoadAt], "ir.Expr | None"]
 MAX_OPS = 24
 _NOT_POINTWISE = REDUCTIONS | {"cat", "pad"}
 
 
-def dims_at(shape: Sequence[int], index: ir.Affine) -> list[ir.Expr] | None:
+def dims_at(shape: Sequence[int], index: ir.Affine, extents: Sequence[int]) -> list[ir.Expr] | None:
     """The coordinates, per dim, of element ``index`` of a contiguous array of ``shape``,
-    as int64 expressions of the group's coordinates; None when the index is not a view's
-    (each coefficient a multiple of one dim's stride, within that dim)."""
+    as int64 expressions of the group's coordinates (``extents``: each one's trip
+    count); None when the index is not a view's: each coefficient a multiple of one
+    dim's stride, and every coordinate's whole range within that dim (a row of 8 read
+    from a (4, 2) value, ``a[:, :, None].expand(3, 4, 2).reshape(3, 8)``, walks two dims
+    with one coordinate)."""
     strides = Layout.contiguous(tuple(shape)).strides
     starts, off = [], index.offset
     for n, st in zip(shape, strides):
@@ -52,6 +55,9 @@ def dims_at(shape: Sequence[int], index: ir.Affine) -> list[ir.Expr] | None:
             return None
         d = max(dims, key=lambda d: strides[d])
         terms[d].append((c, coeff // strides[d]))
+    for start, ts, n in zip(starts, terms, shape):
+        if start + sum(m * (extents[c] - 1) for c, m in ts) >= max(n, 1):
+            return None
     out: list[ir.Expr] = []
     for start, ts in zip(starts, terms):
         e: ir.Expr | None = ir.Const(start, dt.int64) if start or not ts else None
@@ -130,19 +136,19 @@ def find(nodes: Sequence[Any], key: Callable[[Any], Key]) -> dict[Key, Recompute
 
 
 def _full(value: Any, dtype: dt.DType) -> Recompute:
-    return lambda index, load_at: ir.Const(value, dtype)
+    return lambda index, extents, load_at: ir.Const(value, dtype)
 
 
 def _arange(attrs: dict[str, Any], dtype: dt.DType) -> Recompute:
-    def value(index: ir.Affine, load_at: LoadAt) -> ir.Expr | None:
-        dims = dims_at((attrs["shape"][0],), index)
+    def value(index: ir.Affine, extents: Sequence[int], load_at: LoadAt) -> ir.Expr | None:
+        dims = dims_at((attrs["shape"][0],), index, extents)
         return None if dims is None else arange_value(attrs, dtype, dims[0])
     return value
 
 
 def _pointwise(n: int, node: Any, shape: tuple[int, ...], dtype: dt.DType, inputs: list[Recompute | None]) -> Recompute:
-    def value(index: ir.Affine, load_at: LoadAt) -> ir.Expr | None:
-        dims = dims_at(shape, index) if prod(shape) else None
+    def value(index: ir.Affine, extents: Sequence[int], load_at: LoadAt) -> ir.Expr | None:
+        dims = dims_at(shape, index, extents) if prod(shape) else None
         if dims is None:
             return None
         args: list[ir.Expr] = []
@@ -150,7 +156,7 @@ def _pointwise(n: int, node: Any, shape: tuple[int, ...], dtype: dt.DType, input
             at = _compose(o.layout, dims, len(index.coeffs))
             if at is None:
                 return None
-            arg = rec(at, load_at) if rec is not None else load_at(o.storage, at, (n, j))
+            arg = rec(at, extents, load_at) if rec is not None else load_at(o.storage, at, (n, j))
             if arg is None:
                 return None
             args.append(arg)
