@@ -459,3 +459,24 @@ def test_a_value_read_through_a_reshape_of_its_expansion_is_recomputed_at_the_ri
     np.testing.assert_array_equal(got, x * np.repeat(a, 2, axis=1))
     got = (braze.from_numpy(x) * (braze.from_numpy(a) * 2).unsqueeze(-1).expand(3, 4, 2).reshape(3, 8)).numpy()
     np.testing.assert_array_equal(got, x * np.repeat(a * 2, 2, axis=1))
+
+
+
+def test_a_node_its_producers_refuse_joins_a_sibling_group() -> None:
+    """Hugging Face's ``q * cos + rotate_half(q) * sin``: ``-x2`` has another shape than
+    ``q``, so its group refuses the cat; the cat then joins the group computing
+    ``q * cos`` (it loads q too) instead of opening a third kernel."""
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((2, 3, 8, 16)).astype(np.float32)
+    ang = rng.standard_normal((8, 16)).astype(np.float32)
+    cos, sin = np.cos(ang), np.sin(ang)
+
+    def rope(x: braze.Tensor, c: braze.Tensor, s: braze.Tensor) -> braze.Tensor:
+        return x * c + braze.cat((-x[..., 8:], x[..., :8]), dim=-1) * s
+
+    args = [braze.from_numpy(a) for a in (q, cos, sin)]
+    braze.reset_stats()
+    got = rope(*args).numpy()
+    assert braze.stats()["kernel_launches"] == 2  # -x2, then everything else
+    want = q * cos + np.concatenate([-q[..., 8:], q[..., :8]], -1) * sin
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
