@@ -134,7 +134,7 @@ class Bert(Module):
                 out = hidden.masked_fill(m == 0, -math.inf).amax(1)
             else:
                 out = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
-        return F.normalize(out, -1) if self.config.normalize else out
+        return F.normalize(out, dim=-1) if self.config.normalize else out
 
     def embed(self, ids: np.ndarray, attention_mask: np.ndarray, type_ids: np.ndarray | None = None) -> np.ndarray:
         """Embeddings (B, dim) as numpy, from padded id and mask arrays."""
