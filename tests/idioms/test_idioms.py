@@ -22,11 +22,21 @@ from braze.stream import fusion_enabled, stream_of
 from .corpus import CASES, Idiom, draw
 
 # Every other module of this package is a family of snippets; importing it registers them.
-for _m in pkgutil.iter_modules([str(Path(__file__).parent)]):
+# (sorted: every xdist worker must collect the same cases in the same order)
+for _m in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda m: m.name):
     if _m.name not in ("corpus", "npref") and not _m.name.startswith("test_"):
         importlib.import_module(f"{__package__}.{_m.name}")
 
 FUSED = fusion_enabled() and compiler_available()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _own_plans() -> Any:
+    """The corpus starts from no stored plans and leaves none: its ~200 programs would
+    otherwise count against BRAZE_PLAN_CAP (512) with the other tests of this worker's."""
+    plan.clear()
+    yield
+    plan.clear()
 
 
 def _params() -> list[Any]:
