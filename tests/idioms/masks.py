@@ -10,7 +10,8 @@ import numpy as np
 import braze
 
 from . import npref as R
-from .corpus import PENDING_CUMSUM, idiom, padding_mask, randn
+from .corpus import (
+    MASKED_WRITE, PENDING_CUMSUM, PENDING_INDEX_SELECT, PENDING_INT_CAST, bools, idiom, padding_mask, randn)
 
 S = 12
 MIN = float(np.finfo(np.float32).min)
@@ -136,3 +137,36 @@ def position_ids_from_left_padded_mask(attention_mask):  # HF generate
 def pairwise_padding_mask(attention_mask):  # encoder self-attention, both sides padded
     m = attention_mask.bool()
     return m[:, None, :] & m[:, :, None]
+
+
+@idiom(randn(2, 3, S, S), kernels=1, oracle=lambda s: np.where(R.causal(S, S), s, MIN).astype(np.float32),
+       bug=MASKED_WRITE)
+def masked_fill_in_place_on_scores(scores):
+    scores.masked_fill_(~braze.ones(S, S, dtype=braze.bool).tril(), braze.finfo(scores.dtype).min)
+    return scores
+
+
+@idiom(bools(3, S), kernels=1, oracle=lambda m: np.where(m, 1.0, 0.0).astype(np.float32))
+def where_with_two_scalars(mask):
+    return braze.where(mask, 1.0, 0.0)
+
+
+@idiom(bools(3, S), randn(3, S), kernels=1, oracle=lambda m, x: (R.f64(x) * m).astype(np.float32))
+def bool_mask_cast_to_the_values_dtype(mask, x):
+    return x * mask.to(x.dtype)
+
+
+@idiom(randn(3, S), kernels=1, oracle=lambda x: x.astype(np.float16).astype(np.float32))
+def round_trip_through_half(x):
+    return x.half().float()
+
+
+@idiom(randn(3, S, scale=10.0), kernels=1, oracle=lambda x: np.trunc(R.f64(x) * 4).astype(np.int64),
+       pending=PENDING_INT_CAST)
+def float_to_long_cast(x):
+    return (x * 4).long()
+
+
+@idiom(randn(3, S), kernels=1, oracle=lambda x: np.flip(R.f64(x), -1) * 2, pending=PENDING_INDEX_SELECT)
+def flip_last_dim_then_scale(x):
+    return x.flip(-1) * 2
