@@ -46,6 +46,7 @@ from .tensor import Tensor, ValuesIndices
 from .creation import *  # noqa: F401,F403
 from .functions import *  # noqa: F401,F403
 from .functions import prod_ as prod
+from .composites import *  # noqa: F401,F403
 from . import indexing as _indexing  # noqa: F401,E402  (attaches x[...] and x[...] = v)
 
 __version__ = "0.1.0"

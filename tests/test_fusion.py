@@ -427,3 +427,56 @@ def test_full_holds_its_value_rounded_to_a_half_type() -> None:
             got = (braze.full((3,), value, dtype=getattr(braze, dtype)) * 1.0).numpy().astype(np.float32)
             want = np.full(3, value, dtype=np.float32).astype(getattr(braze, dtype).np).astype(np.float32)
             np.testing.assert_array_equal(got, want)
+
+
+def test_tril_and_triu_masks_are_computed_in_their_consumer() -> None:
+    """``triu(full(-inf), 1)`` and ``tril(ones) == 0`` are index arithmetic in the kernel
+    that reads them, also where they are recomputed under a broadcast (B, H, N, N) read."""
+    rng = np.random.default_rng(3)
+    s = rng.standard_normal((2, 3, 9, 9)).astype(np.float32)
+    braze.reset_stats()
+    a = (braze.from_numpy(s) + braze.triu(braze.full((9, 9), float("-inf")), diagonal=1)).numpy()
+    assert braze.stats()["kernel_launches"] == 1
+    np.testing.assert_array_equal(a, s + np.triu(np.full((9, 9), -np.inf, np.float32), 1))
+    braze.reset_stats()
+    b = braze.from_numpy(s).masked_fill(braze.tril(braze.ones(9, 9)).view(1, 1, 9, 9) == 0, float("-inf")).numpy()
+    assert braze.stats()["kernel_launches"] == 1
+    np.testing.assert_array_equal(b, np.where(np.tril(np.ones((9, 9), bool)), s, -np.inf))
+    x = rng.standard_normal((4, 5, 7)).astype(np.float32)
+    for k in (-2, 0, 3):
+        np.testing.assert_array_equal(braze.from_numpy(x).tril(k).mul(2).numpy(), np.tril(x, k) * 2)
+        np.testing.assert_array_equal(braze.from_numpy(x).triu(k).mul(2).numpy(), np.triu(x, k) * 2)
+
+
+def test_a_value_read_through_a_reshape_of_its_expansion_is_recomputed_at_the_right_element() -> None:
+    """``a[:, :, None].expand(3, 4, 2).reshape(3, 8)`` (repeat_interleave): one loop
+    coordinate of the reader walks two dims of the copy's shape; recomputing the copy
+    must not take it for the last dim alone (it read a[i, 0] for the whole row)."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    got = (braze.from_numpy(x) * braze.from_numpy(a).unsqueeze(-1).expand(3, 4, 2).reshape(3, 8)).numpy()
+    np.testing.assert_array_equal(got, x * np.repeat(a, 2, axis=1))
+    got = (braze.from_numpy(x) * (braze.from_numpy(a) * 2).unsqueeze(-1).expand(3, 4, 2).reshape(3, 8)).numpy()
+    np.testing.assert_array_equal(got, x * np.repeat(a * 2, 2, axis=1))
+
+
+
+def test_a_node_its_producers_refuse_joins_a_sibling_group() -> None:
+    """Hugging Face's ``q * cos + rotate_half(q) * sin``: ``-x2`` has another shape than
+    ``q``, so its group refuses the cat; the cat then joins the group computing
+    ``q * cos`` (it loads q too) instead of opening a third kernel."""
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((2, 3, 8, 16)).astype(np.float32)
+    ang = rng.standard_normal((8, 16)).astype(np.float32)
+    cos, sin = np.cos(ang), np.sin(ang)
+
+    def rope(x: braze.Tensor, c: braze.Tensor, s: braze.Tensor) -> braze.Tensor:
+        return x * c + braze.cat((-x[..., 8:], x[..., :8]), dim=-1) * s
+
+    args = [braze.from_numpy(a) for a in (q, cos, sin)]
+    braze.reset_stats()
+    got = rope(*args).numpy()
+    assert braze.stats()["kernel_launches"] == 2  # -x2, then everything else
+    want = q * cos + np.concatenate([-q[..., 8:], q[..., :8]], -1) * sin
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -131,7 +131,7 @@ class Bert(Module):
         """Sentence vectors from hidden states, as configured: each pooling mode, concatenated."""
         parts = [pool(mode, hidden, attention_mask) for mode in self.config.pooling]
         out = parts[0] if len(parts) == 1 else cat(parts, -1)
-        return F.normalize(out, -1) if self.config.normalize else out
+        return F.normalize(out, dim=-1) if self.config.normalize else out
 
     def embed(self, ids: np.ndarray, attention_mask: np.ndarray, type_ids: np.ndarray | None = None) -> np.ndarray:
         """Embeddings (B, output_dim) as numpy, from padded id and mask arrays."""

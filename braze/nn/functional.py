@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from .. import dtypes as dt
-from ..errors import RankMismatch, ShapeMismatch
+from ..errors import RankMismatch, ShapeMismatch, Unsupported
 from ..jit import jit
 from ..layout import broadcast_shapes
 from ..creation import arange
@@ -24,12 +24,17 @@ from ..functions import (
     silu,
     softmax,
     log_softmax,
+    sigmoid,
+    tanh,
     where,
 )
+from ..composites import finfo, norm
 from ..tensor import Tensor
 
 __all__ = ["linear", "embedding", "rms_norm", "layer_norm", "scaled_dot_product_attention", "causal_mask",
-           "relu", "gelu", "silu", "softmax", "log_softmax", "pad", "normalize", "repeat_kv"]
+           "relu", "gelu", "silu", "softmax", "log_softmax", "pad", "normalize", "repeat_kv", "sigmoid", "tanh",
+           "softplus", "leaky_relu", "elu", "mish", "glu", "logsigmoid", "hardtanh", "relu6", "dropout",
+           "cosine_similarity"]
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -53,14 +58,46 @@ def embedding(ids: Tensor, weight: Tensor) -> Tensor:
     return index_take(weight, 0, ids)
 
 
-def rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
-    y = x * ((x * x).mean(-1, keepdim=True) + eps).rsqrt()
+def _norm_args(op: str, x: Tensor, args: tuple[Any, ...], kwargs: dict[str, Any],
+               names: tuple[str, ...]) -> tuple[tuple[int, ...], dict[str, Any]]:
+    """The dims to normalise over and the named arguments, from PyTorch's signature
+    ``(input, normalized_shape, *names)`` or braze's ``(x, *names)`` over the last dim: a
+    second argument that is a Tensor or None is the weight, not a shape."""
+    torch_form = (args and not (args[0] is None or isinstance(args[0], Tensor))) or "normalized_shape" in kwargs
+    params = dict(zip(("normalized_shape", *names) if torch_form else names, args))
+    for k, v in kwargs.items():
+        if k in params or k not in ("normalized_shape", *names):
+            raise Unsupported(op, f"unexpected or repeated argument {k!r}")
+        params[k] = v
+    if not torch_form:
+        return (-1,), params
+    ns = params.pop("normalized_shape")
+    shape = (ns,) if isinstance(ns, int) else tuple(ns)
+    if not shape or x.shape[x.ndim - len(shape):] != shape:
+        raise ShapeMismatch(op, [x.shape], f"normalized_shape {shape} must be the input's trailing dims")
+    return tuple(range(x.ndim - len(shape), x.ndim)), params
+
+
+def rms_norm(x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    """``x * rsqrt(mean(x^2) + eps) * weight`` over the trailing dims: PyTorch's
+    ``rms_norm(input, normalized_shape, weight=None, eps=None)`` (eps None: the dtype's
+    machine epsilon) or braze's ``rms_norm(x, weight, eps)`` over the last dim."""
+    dims, p = _norm_args("rms_norm", x, args, kwargs, ("weight", "eps"))
+    weight, eps = p.get("weight"), p.get("eps")
+    if eps is None:
+        eps = finfo(x.dtype).eps
+    y = x * ((x * x).mean(dims, keepdim=True) + eps).rsqrt()
     return y * weight if weight is not None else y
 
 
-def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
-    centred = x - x.mean(-1, keepdim=True)
-    y = centred * ((centred * centred).mean(-1, keepdim=True) + eps).rsqrt()
+def layer_norm(x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    """``(x - mean) * rsqrt(var + eps) * weight + bias`` over the trailing dims: PyTorch's
+    ``layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5)`` or braze's
+    ``layer_norm(x, weight, bias, eps)`` over the last dim."""
+    dims, p = _norm_args("layer_norm", x, args, kwargs, ("weight", "bias", "eps"))
+    weight, bias, eps = p.get("weight"), p.get("bias"), p.get("eps", 1e-5)
+    centred = x - x.mean(dims, keepdim=True)
+    y = centred * ((centred * centred).mean(dims, keepdim=True) + eps).rsqrt()
     if weight is not None:
         y = y * weight
     if bias is not None:
@@ -68,10 +105,9 @@ def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
     return y
 
 
-def normalize(x: Tensor, dim: int = -1, eps: float = 1e-12) -> Tensor:
-    """L2-normalise along ``dim`` (``torch.nn.functional.normalize``)."""
-    norm = (x * x).sum(dim, keepdim=True).sqrt()
-    return x / norm.clamp(min=eps)
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    """``x / max(norm_p(x, dim), eps)``, PyTorch's signature and defaults (``dim=1``)."""
+    return input / norm(input, p, dim, keepdim=True).clamp(min=eps)
 
 
 def repeat_kv(x: Tensor, groups: int) -> Tensor:
@@ -158,3 +194,60 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     return out
 
 
+
+
+# -- more activations, as PyTorch's ``torch.nn.functional`` spells them ------------------------
+
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """``log(1 + exp(beta x)) / beta``, and ``x`` itself where ``beta x > threshold``."""
+    bx = input * beta if beta != 1 else input
+    soft = (bx.exp() + 1.0).log()
+    return where(bx > threshold, input, soft / beta if beta != 1 else soft)
+
+
+def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    return where(input >= 0, input, input * negative_slope)
+
+
+def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    return where(input > 0, input, (input.exp() - 1.0) * alpha)
+
+
+def mish(input: Tensor, inplace: bool = False) -> Tensor:
+    return input * softplus(input).tanh()
+
+
+def logsigmoid(input: Tensor) -> Tensor:
+    """``min(x, 0) - log(1 + exp(-|x|))``: finite for every finite x."""
+    return input.clamp(max=0.0) - ((-input.abs()).exp() + 1.0).log()
+
+
+def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Tensor:
+    return input.clamp(min_val, max_val)
+
+
+def relu6(input: Tensor, inplace: bool = False) -> Tensor:
+    return input.clamp(0.0, 6.0)
+
+
+def glu(input: Tensor, dim: int = -1) -> Tensor:
+    """First half times the sigmoid of the second half along ``dim``."""
+    if input.shape[dim] % 2:
+        raise ShapeMismatch("glu", [input.shape], f"dim {dim} must have an even size")
+    a, b = input.chunk(2, dim)
+    return a * sigmoid(b)
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Identity in inference (``training=False`` or ``p == 0``); braze does not train."""
+    if training and p:
+        raise Unsupported("dropout", "dropout in training mode is not supported; pass training=False")
+    return input
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """``sum(x1 * x2) / (max(|x1|, eps) * max(|x2|, eps))`` along ``dim``, as PyTorch
+    computes it (each norm clamped on its own)."""
+    n1 = norm(x1, 2, dim, keepdim=False).clamp(min=eps)
+    n2 = norm(x2, 2, dim, keepdim=False).clamp(min=eps)
+    return (x1 * x2).sum(dim) / (n1 * n2)

@@ -25,7 +25,9 @@ from .registry import REGISTRY
 
 #: ``lower(args, attrs, out_dtype)``: ``args`` are the inputs' expressions in the group's
 #: coordinates; ``attrs`` are the node's, plus ``coords`` (the group coordinate of each
-#: output dim) and ``in_shapes``, which movement-like ops (cat, pad) need.
+#: output dim) and ``in_shapes``, which movement-like ops (cat, pad) need; a value
+#: recomputed where it is read (schedule/recompute.py) also gets ``at``: each output dim
+#: as an int64 expression of the reader's coordinates.
 Lowering = Callable[[list[ir.Expr], dict[str, Any], DType], "ir.Expr | ReduceSpec | None"]
 
 
@@ -197,6 +199,20 @@ def _gather(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr |
     return ir.mapped(x, leaf)
 
 
+def _triangle(keep: str) -> Lowering:
+    """``tril``/``triu`` as a guarded read: element (..., i, j) is the input where
+    ``j - i <= diagonal`` (tril) or ``j - i >= diagonal`` (triu), else 0, so a mask
+    built from ``triu(full(-inf), 1)`` is computed in its consumer."""
+    def lower(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | None:
+        at = attrs.get("at")
+        i, j = at[-2:] if at is not None else (
+            ir.Coord(c, dt.int64) if c is not None else ir.Const(0, dt.int64) for c in attrs["coords"][-2:])
+        diff = ir.Op("sub", (j, i), dt.int64)
+        cond = ir.Op(keep, (diff, ir.Const(attrs["diagonal"], dt.int64)), dt.bool_)
+        return ir.Op("where", (cond, args[0], ir.Const(0, out)), out)
+    return lower
+
+
 def _full(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr:
     return ir.Const(attrs["value"], out)
 
@@ -237,6 +253,8 @@ def install() -> None:
     REGISTRY["pad"].lower = _pad
     for name in GATHERS:
         REGISTRY[name].lower = _gather
+    REGISTRY["tril"].lower = _triangle("le")
+    REGISTRY["triu"].lower = _triangle("ge")
     REGISTRY["full"].lower = _full
     REGISTRY["arange"].lower = _arange
 

@@ -306,17 +306,29 @@ class Scheduler:
     def place(self, i: int, node: Any) -> bool:
         if node.op.name in SCANS and not node.inputs[0].layout.shape:
             return False  # a 0-d scan is a copy: left to the reference
-        candidates = []
+        producers = []
         for o in node.inputs:
             g = self.producer.get(self.key(o.storage))
-            if g is not None and g in self.open and g not in candidates:
-                candidates.append(g)
-        if not candidates:
+            if g is not None and g in self.open and g not in producers:
+                producers.append(g)
+        best = self.best(node, producers)
+        if best is None:
             # Siblings: an open group that already loads one of this node's inputs can
-            # read it once for both (mean and mean of squares of the same x).
-            for g in self.open:
-                if any(self.key(o.storage) in g.loaded for o in node.inputs):
-                    candidates.append(g)
+            # read it once for both (mean and mean of squares of the same x), also when
+            # the groups that compute its other inputs refuse it (x * cos + cat((-x2, x1))
+            # * sin: the group computing -x2 has another shape, the one computing x * cos
+            # loads x too).
+            best = self.best(node, [g for g in self.open if g not in producers and any(
+                self.key(o.storage) in g.loaded for o in node.inputs)])
+        if best is not None:
+            return self.add(best[1], i, node)
+        g = self.new_group(node, reduce=node.op.name in REDUCTIONS or node.op.name in SCANS)
+        if g is None:
+            return False
+        return self.add(g, i, node)
+
+    def best(self, node: Any, candidates: list[Group]) -> tuple[int, Group] | None:
+        """The candidate group that saves the most traffic and accepts the node."""
         best: tuple[int, Group] | None = None
         for g in candidates:
             reason = self.can_fuse(g, node)
@@ -326,12 +338,7 @@ class Scheduler:
             s = self.score(g, node)
             if best is None or s > best[0]:
                 best = (s, g)
-        if best is not None:
-            return self.add(best[1], i, node)
-        g = self.new_group(node, reduce=node.op.name in REDUCTIONS or node.op.name in SCANS)
-        if g is None:
-            return False
-        return self.add(g, i, node)
+        return best
 
     @staticmethod
     def folded(node: Any) -> tuple[int, ...]:

@@ -245,6 +245,6 @@ def _pointwise(n: int, node: Any, shape: tuple[int, ...], dtype: dt.DType, input
             if arg is None:
                 return None
             args.append(arg)
-        res = node.op.lower(args, {**node.attrs, "coords": tuple(range(len(shape))), "in_shapes": []}, dtype)
+        res = node.op.lower(args, {**node.attrs, "coords": tuple(range(len(shape))), "at": dims, "in_shapes": []}, dtype)
         return res if isinstance(res, (ir.Load, ir.Const, ir.Coord, ir.Op)) else None
     return value
