@@ -103,8 +103,7 @@ def gqa_enable_gqa(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
 
-@idiom(Q, KV2, KV2, kernels=1, oracle=lambda q, k, v: R.attention(q, _gqa(k), _gqa(v), R.causal(S, S)),
-       pending=PENDING_REPEAT_KV)
+@idiom(Q, KV2, KV2, kernels=1, oracle=lambda q, k, v: R.attention(q, _gqa(k), _gqa(v), R.causal(S, S)))
 def gqa_repeat_kv_hf(q, k, v):
     def repeat_kv(x, n_rep):
         b, kvh, s, d = x.shape
@@ -118,8 +117,7 @@ def gqa_repeat_kv_hf(q, k, v):
     return scores.softmax(-1, dtype=braze.float32).to(q.dtype) @ v
 
 
-@idiom(Q, KV2, KV2, kernels=1, oracle=lambda q, k, v: R.attention(q, _gqa(k), _gqa(v)),
-       pending=PENDING_REPEAT_KV)
+@idiom(Q, KV2, KV2, kernels=1, oracle=lambda q, k, v: R.attention(q, _gqa(k), _gqa(v)))
 def gqa_repeat_interleave(q, k, v):  # k.repeat_interleave(n_rep, dim=1)
     k = k.repeat_interleave(2, dim=1)
     v = braze.repeat_interleave(v, 2, dim=1)

@@ -117,7 +117,9 @@ def draw(case: Idiom, seed: int) -> list[Any]:
 # known limitation of the scheduler: each case that uses one is a strict xfail.
 PENDING_CUMSUM = "pending: cumsum rows as a kernel (issue 15 part 3: extern step today)"
 PENDING_GATHER = "pending: gather / take_along_dim as index expressions (issue 15 part 3: extern step today)"
-PENDING_INDEX_SELECT = "pending: index_select with a token id tensor as a kernel (issue 15 part 3: extern step today)"
+PENDING_INDEX_SELECT = ("an index_select (embedding) whose ids are made in the same flush (an arange, zeros): the ids' "
+                        "group has another iteration space, so the gather is a kernel of its own (ids that exist "
+                        "before the flush are one kernel: issue 15 part 3)")
 PENDING_INT_CAST = "pending: float -> integer casts as kernels (issue 15 part 3: extern step today)"
 PENDING_TOPK = "pending: topk of small k as a kernel (issue 15 part 3: extern step today)"
 PENDING_REPEAT_KV = "pending: repeat_kv (expand + reshape merging a broadcast dim) as an index expression (issue 15 part 3)"

@@ -143,7 +143,7 @@ def _t5_buckets_np(q, k, num_buckets=32, max_distance=128):
     return buckets + np.where(rel < max_exact, rel, large)
 
 
-@idiom(S, 40, kernels=1, oracle=_t5_buckets_np, pending=PENDING_INT_CAST)
+@idiom(S, 40, kernels=1, oracle=_t5_buckets_np)
 def t5_relative_position_bucket(query_length, key_length):
     context_position = braze.arange(query_length, dtype=braze.long)[:, None]
     memory_position = braze.arange(key_length, dtype=braze.long)[None, :]

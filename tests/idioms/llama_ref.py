@@ -74,8 +74,7 @@ def repeat_kv_bshd_returned(x):  # returned, so it is stored: one copy kernel
 
 
 @idiom(randn(B, H, S, HD), randn(B, S, KVH, HD), randn(B, S, KVH, HD), kernels=1,
-       oracle=lambda q, k, v: R.attention(q, np.repeat(k, 2, 2).transpose(0, 2, 1, 3), np.repeat(v, 2, 2).transpose(0, 2, 1, 3), R.causal(S, S)),
-       pending=PENDING_REPEAT_KV)
+       oracle=lambda q, k, v: R.attention(q, np.repeat(k, 2, 2).transpose(0, 2, 1, 3), np.repeat(v, 2, 2).transpose(0, 2, 1, 3), R.causal(S, S)))
 def attention_with_repeat_kv_and_mask(xq, keys, values):
     def repeat_kv(x, n_rep):
         bs, slen, n_kv_heads, head_dim = x.shape

@@ -127,7 +127,7 @@ def chunked_attention_mask(n, chunk):  # Llama 4's local attention
 
 
 @idiom(padding_mask(3, S, left=True), kernels=1,
-       oracle=lambda m: np.maximum(np.cumsum(m, -1) - 1, 0) * m + (1 - m), pending=PENDING_CUMSUM)
+       oracle=lambda m: np.maximum(np.cumsum(m, -1) - 1, 0) * m + (1 - m))
 def position_ids_from_left_padded_mask(attention_mask):  # HF generate
     pos = attention_mask.long().cumsum(-1) - 1
     return pos.masked_fill(attention_mask == 0, 1).clamp(min=0)
@@ -161,12 +161,11 @@ def round_trip_through_half(x):
     return x.half().float()
 
 
-@idiom(randn(3, S, scale=10.0), kernels=1, oracle=lambda x: np.trunc(R.f64(x) * 4).astype(np.int64),
-       pending=PENDING_INT_CAST)
+@idiom(randn(3, S, scale=10.0), kernels=1, oracle=lambda x: np.trunc(R.f64(x) * 4).astype(np.int64))
 def float_to_long_cast(x):
     return (x * 4).long()
 
 
-@idiom(randn(3, S), kernels=1, oracle=lambda x: np.flip(R.f64(x), -1) * 2, pending=PENDING_INDEX_SELECT)
+@idiom(randn(3, S), kernels=1, oracle=lambda x: np.flip(R.f64(x), -1) * 2)
 def flip_last_dim_then_scale(x):
     return x.flip(-1) * 2
