@@ -391,3 +391,13 @@ def test_views_match_numpy(d, data):
     assert_close(p.t.contiguous(), p.a, d)
     assert_close(p.t.clone(), p.a, d)
     _ = make_values, build_view
+
+
+@pytest.mark.parametrize("op", ["remainder", "floor_divide"])
+def test_integer_division_of_the_most_negative_value_by_minus_one(op: str) -> None:
+    """INT64_MIN // -1 overflows: C's division traps (SIGFPE killed the process), numpy
+    wraps; the kernel gives numpy's answer."""
+    a = np.array([np.iinfo(np.int64).min, 7, -7], np.int64)
+    got = getattr(braze, op)(braze.from_numpy(a), -1).numpy()
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(got, getattr(np, op)(a, np.int64(-1)))

@@ -132,10 +132,11 @@ static inline uint16_t braze_f2b(float f) {
 }
 static inline int64_t braze_floordiv_i64(int64_t a, int64_t b) {
     if (b == 0) return 0;
+    if (b == -1) return (int64_t)(0u - (uint64_t)a);  /* INT64_MIN / -1 traps in C; numpy wraps */
     int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 static inline int64_t braze_mod_i64(int64_t a, int64_t b) {
-    if (b == 0) return 0;
+    if (b == 0 || b == -1) return 0;  /* (INT64_MIN % -1 traps in C) */
     int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 /* Copy n bytes to dst with non-temporal stores (around the cache; see _streams). */
