@@ -323,6 +323,39 @@ def stage_exprs(s: Stage) -> list[Expr]:
     return [s.expr]
 
 
+def kernel_indices(k: "Kernel") -> list[Affine]:
+    """Every index of a kernel: its stores' and its loads'."""
+    out = []
+    for st in k.stages:
+        if isinstance(st, (Store, StoreRow, Contract)):
+            out.append(st.index)
+        for e in stage_exprs(st):
+            out += [n.index for n in walk(e) if isinstance(n, Load)]
+    return out
+
+
+def pinned_coords(k: "Kernel") -> set[int]:
+    """Loops whose coordinate the kernel reads as a value or a range (``Coord``, a
+    cat's or pad's guard): loop transformations leave them in place."""
+    pinned = set()
+    for st in k.stages:
+        for e in stage_exprs(st):
+            for n in walk(e):
+                if isinstance(n, Coord):
+                    pinned.add(n.dim)
+                elif isinstance(n, Load):
+                    pinned.update(c for c, _, _ in n.when)
+    return pinned
+
+
+def scans_or_gathers(k: "Kernel") -> bool:
+    """Does the kernel scan a row or gather at data-dependent indices? (Its loops are
+    then left as they are: a scan keeps its row, even of one element; a gather's index
+    terms are not rewritten.)"""
+    return any(isinstance(st, Scan) for st in k.stages) \
+        or any(isinstance(n, Load) and n.at for st in k.stages for e in stage_exprs(st) for n in walk(e))
+
+
 def uses_inner(e: Expr, n_outer: int) -> bool:
     """Does the expression vary along the row (so it cannot be computed once per row)?"""
     for node in walk(e):

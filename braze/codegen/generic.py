@@ -39,30 +39,6 @@ from ..ir import Size
 from . import quant
 
 
-def _indices(k: ir.Kernel) -> list[ir.Affine]:
-    out = []
-    for st in k.stages:
-        if isinstance(st, (ir.Store, ir.StoreRow, ir.Contract)):
-            out.append(st.index)
-        for e in ir.stage_exprs(st):
-            out += [n.index for n in ir.walk(e) if isinstance(n, ir.Load)]
-    return out
-
-
-def _pinned(k: ir.Kernel) -> set[int]:
-    """Loops whose coordinate the kernel reads as a value or a range (``Coord``, a
-    cat's or pad's guard): they keep their place."""
-    pinned = set()
-    for st in k.stages:
-        for e in ir.stage_exprs(st):
-            for n in ir.walk(e):
-                if isinstance(n, ir.Coord):
-                    pinned.add(n.dim)
-                elif isinstance(n, ir.Load):
-                    pinned.update(c for c, _, _ in n.when)
-    return pinned
-
-
 def _reindexed(k: ir.Kernel, outer: tuple[int, ...], inner: tuple[int, ...],
                coeffs: dict[ir.Affine, tuple[int, ...]]) -> ir.Kernel:
     """``k`` over a new loop nest, each index's coefficients from ``coeffs``."""
@@ -85,12 +61,10 @@ def _reindexed(k: ir.Kernel, outer: tuple[int, ...], inner: tuple[int, ...],
 def canonical(k: ir.Kernel) -> ir.Kernel:
     """The same kernel over the fewest loops (see the module's doc); ``k`` itself when
     it reads a coordinate or has repair terms (a rolling reduction), left as it is."""
-    if _pinned(k) or any(isinstance(st, ir.Reduce) and st.repair is not None for st in k.stages) \
-            or any(a.divs for a in _indices(k)) \
-            or any(isinstance(st, ir.Scan) for st in k.stages) \
-            or any(isinstance(n, ir.Load) and n.at for st in k.stages for e in ir.stage_exprs(st) for n in ir.walk(e)):
-        return k  # (a division pins the loop it divides; a scan keeps its row, even of one element; a gather's index terms are left as they are)
-    indices = list(dict.fromkeys(_indices(k)))
+    if ir.pinned_coords(k) or any(isinstance(st, ir.Reduce) and st.repair is not None for st in k.stages) \
+            or any(a.divs for a in ir.kernel_indices(k)) or ir.scans_or_gathers(k):
+        return k  # (a division pins the loop it divides)
+    indices = list(dict.fromkeys(ir.kernel_indices(k)))
     dims = list(k.outer) + list(k.inner)
     n_out = len(k.outer)
     # loops as (extent, is outer, each index's coefficient)

@@ -25,37 +25,12 @@ def split_divisions(k: ir.Kernel) -> ir.Kernel:
         k = _split(k, *c)
 
 
-def _all_indices(k: ir.Kernel) -> list[ir.Affine]:
-    out: list[ir.Affine] = []
-    for st in k.stages:
-        if isinstance(st, (ir.Store, ir.StoreRow, ir.Contract)):
-            out.append(st.index)
-        for e in _stage_exprs(st):
-            out += [n.index for n in ir.walk(e) if isinstance(n, ir.Load)]
-    return out
-
-
-def _stage_exprs(st: ir.Stage) -> list[ir.Expr]:
-    exprs = list(ir.stage_exprs(st))
-    if isinstance(st, (ir.Reduce, ir.Contract)) and st.repair is not None:
-        exprs.append(st.repair)
-    return exprs
-
-
 def _splittable(k: ir.Kernel) -> tuple[int, int] | None:
     """(coordinate, divisor) of the first row coordinate worth splitting."""
-    pinned: set[int] = set()
-    for st in k.stages:
-        for e in _stage_exprs(st):
-            for n in ir.walk(e):
-                if isinstance(n, ir.Coord):
-                    pinned.add(n.dim)
-                elif isinstance(n, ir.Load):
-                    pinned.update(c for c, _, _ in n.when)
-    if any(isinstance(st, ir.Scan) for st in k.stages) \
-            or any(isinstance(n, ir.Load) and n.at for st in k.stages for e in _stage_exprs(st) for n in ir.walk(e)):
-        return None  # a scan's row and a gather's index terms are left as they are
-    indices = _all_indices(k)
+    if ir.scans_or_gathers(k):
+        return None
+    pinned = ir.pinned_coords(k)
+    indices = ir.kernel_indices(k)
     for c, extent in enumerate(k.outer):
         divs = [(add, d) for a in indices for cc, add, d, _ in a.divs if cc == c]
         if not divs or c in pinned:
