@@ -320,6 +320,43 @@ def _generate(model: Any, step: "DecodeStep", prompt_ids: Sequence[int], max_tok
     stats.generate_seconds = time.perf_counter() - t0
 
 
+class TextStream:
+    """Token ids in, text out: the tokenizer's incremental decoder (no piece splits a
+    UTF-8 character) with stop strings. ``feed`` returns the text that is safe to show
+    (text that might be the start of a stop string is held back until it is known not
+    to be) and sets ``stopped`` when a stop string appears (the text before it is
+    returned; the rest, and the stop string, never are); ``finish`` returns what is
+    held at the end. Used by ``generate_text`` and the server's engine."""
+
+    def __init__(self, tok: Tokenizer, stop: Sequence[str] = ()) -> None:
+        self.decoder = tok.stream(skip_special_tokens=True)
+        self.stop = [s for s in stop if s]
+        self.pending = ""
+        self.stopped = False
+
+    def feed(self, token: int) -> str:
+        if self.stopped:
+            return ""
+        self.pending += self.decoder.feed(token)
+        return self._release(final=False)
+
+    def finish(self) -> str:
+        if self.stopped:
+            return ""
+        self.pending += self.decoder.flush()
+        return self._release(final=True)
+
+    def _release(self, final: bool) -> str:
+        hit = _find_stop(self.pending, self.stop)
+        if hit is not None:
+            self.stopped = True
+            out, self.pending = self.pending[:hit], ""
+            return out
+        safe = len(self.pending) if final else len(self.pending) - _held_back(self.pending, self.stop)
+        out, self.pending = self.pending[:safe], self.pending[safe:]
+        return out
+
+
 def generate_text(model: Any, tok: Tokenizer, prompt: str, max_tokens: int = 128, sampling: Sampling = Sampling(),
                   stop: Sequence[str] = (), stats: GenerationStats | None = None, chat: bool = False,
                   parse_special: bool = True) -> Iterator[str]:
@@ -330,27 +367,19 @@ def generate_text(model: Any, tok: Tokenizer, prompt: str, max_tokens: int = 128
         prompt = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
     ids = tok.encode(prompt, add_special_tokens=True, parse_special=parse_special)
     stats = stats if stats is not None else GenerationStats()
-    decoder = tok.stream(skip_special_tokens=True)
-    pending = ""
+    text = TextStream(tok, stop)
     for token in generate_ids(model, ids, max_tokens, sampling, tok.eos_ids, stats):
-        pending += decoder.feed(token)
-        hit = _find_stop(pending, stop)
-        if hit is not None:
-            if pending[:hit]:
-                yield pending[:hit]
+        piece = text.feed(token)
+        if piece:
+            yield piece
+        if text.stopped:
             stats.stop_reason = "stop"
             return
-        safe = len(pending) - _held_back(pending, stop)
-        if safe > 0:
-            yield pending[:safe]
-            pending = pending[safe:]
-    pending += decoder.flush()
-    hit = _find_stop(pending, stop)
-    if hit is not None:
-        pending = pending[:hit]
+    piece = text.finish()
+    if text.stopped:
         stats.stop_reason = "stop"
-    if pending:
-        yield pending
+    if piece:
+        yield piece
 
 
 def _find_stop(text: str, stop: Sequence[str]) -> int | None:
