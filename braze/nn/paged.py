@@ -65,7 +65,7 @@ class PagedKVCache:
         key and value the table reaches, (B, KVH, NB * block_size, D)."""
         b, h, t, d = k.shape
         for pool, new in ((self.k_pool, k), (self.v_pool, v)):
-            pool[self.index.slots_t] = new.transpose(1, 2).reshape(b * t, h, d).to(pool.dtype)
+            pool.index_copy_(0, self.index.slots_t, new.transpose(1, 2).reshape(b * t, h, d).to(pool.dtype))
         return self._gather(self.k_pool, b), self._gather(self.v_pool, b)
 
     def _gather(self, pool: Tensor, b: int) -> Tensor:
