@@ -37,7 +37,7 @@ def llama_reference_cache_write(cache_k, xk, start_pos):  # self.cache_k[:bsz, s
 
 
 @idiom(CACHE, randn(B, H, 2, D), value(np.array([5, 6])), kernels=1,
-       oracle=lambda c, k, p: _written(c, k, 5), bug=INDEX_COPY)
+       oracle=lambda c, k, p: _written(c, k, 5))
 def index_copy_at_cache_position_static_cache(k_cache, key_states, cache_position):
     k_cache.index_copy_(2, cache_position, key_states)
     return k_cache
