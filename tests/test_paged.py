@@ -122,3 +122,227 @@ def test_an_out_of_range_slot_raises_and_writes_nothing(fusion: str, monkeypatch
     with pytest.raises(IndexOutOfRange):
         pool.index_copy_(0, braze.tensor([16]), braze.ones(1, 2, 4))
     np.testing.assert_array_equal(pool.numpy(), pool0)
+
+
+# -- the read: attention through a block table ----------------------------------------------
+
+def _np_attention(q: np.ndarray, kp: np.ndarray, vp: np.ndarray, table: np.ndarray, pos: np.ndarray,
+                  bs: int) -> np.ndarray:
+    """float64 attention over the keys the table names, GQA by repeating KV heads."""
+    b, h, t, d = q.shape
+    kvh = kp.shape[1]
+    nb = table.shape[1]
+    L = nb * bs
+
+    def rows(p: np.ndarray) -> np.ndarray:
+        return p.reshape(-1, bs, kvh, d)[table].reshape(b, L, kvh, d).transpose(0, 2, 1, 3).astype(np.float64)
+
+    k, v = np.repeat(rows(kp), h // kvh, 1), np.repeat(rows(vp), h // kvh, 1)
+    s = q.astype(np.float64) @ k.transpose(0, 1, 3, 2) / math.sqrt(d)
+    mask = (np.arange(L)[None, :] <= pos.reshape(b * t, 1)).reshape(b, 1, t, L)
+    s = np.where(mask, s, -np.inf)
+    s = np.exp(s - s.max(-1, keepdims=True))
+    return (s / s.sum(-1, keepdims=True)) @ v
+
+
+def paged_attention(q: braze.Tensor, kp: braze.Tensor, vp: braze.Tensor, table: braze.Tensor, pos: braze.Tensor,
+                    bs: int) -> braze.Tensor:
+    """As the serving engine's model code writes it (see the module doc)."""
+    b, h, t, d = q.shape
+    kvh = kp.shape[1]
+    L = table.shape[1] * bs
+    blocks = kp.shape[0] // bs
+    k = kp.view(blocks, bs, kvh, d)[table].reshape(b, L, kvh, d).transpose(1, 2)
+    v = vp.view(blocks, bs, kvh, d)[table].reshape(b, L, kvh, d).transpose(1, 2)
+    mask = (braze.arange(L).reshape(1, L) <= pos.reshape(b * t, 1)).reshape(b, 1, t, L)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+
+def _case(b: int, h: int, kvh: int, t: int, d: int, bs: int, blocks: int, nb: int, shared: bool = False,
+          short: bool = False) -> dict[str, np.ndarray]:
+    """A pool, queries, a table (blocks repeated across sequences when ``shared``: a
+    common prefix) and positions (``short``: most of L past each sequence's end)."""
+    table = np.stack([RNG.choice(blocks, nb, replace=False) for _ in range(b)]).astype(np.int64)
+    if shared:
+        table[:, : nb // 2 + 1] = table[0, : nb // 2 + 1]
+    L = nb * bs
+    ends = RNG.integers(1, 4, b) if short else RNG.integers(L - t - bs, L - t + 1, b)
+    pos = (ends[:, None] + np.arange(t)[None, :]).astype(np.int64)
+    return {"q": RNG.standard_normal((b, h, t, d)).astype(np.float32),
+            "kp": RNG.standard_normal((blocks * bs, kvh, d)).astype(np.float32),
+            "vp": RNG.standard_normal((blocks * bs, kvh, d)).astype(np.float32),
+            "table": table, "pos": pos}
+
+
+ATTENTION_CASES = {
+    "decoding, gqa": dict(b=4, h=6, kvh=3, t=1, d=16, bs=16, blocks=40, nb=9),
+    "decoding, mha, long": dict(b=2, h=2, kvh=2, t=1, d=64, bs=16, blocks=80, nb=40),
+    "prefill chunk": dict(b=1, h=4, kvh=2, t=24, d=32, bs=16, blocks=20, nb=6),
+    "mixed t, small blocks": dict(b=3, h=4, kvh=1, t=3, d=8, bs=4, blocks=50, nb=13),
+    "shared prefix": dict(b=4, h=4, kvh=2, t=1, d=16, bs=16, blocks=30, nb=8, shared=True),
+    "mostly masked": dict(b=3, h=4, kvh=2, t=2, d=16, bs=16, blocks=40, nb=12, short=True),
+}
+
+
+@pytest.mark.parametrize("name", list(ATTENTION_CASES))
+def test_attention_reads_through_the_block_table_in_one_chain_kernel(name: str, monkeypatch: Any) -> None:
+    cfg = ATTENTION_CASES[name]
+    c = _case(**cfg)  # type: ignore[arg-type]
+    bs = int(cfg["bs"])
+    b, h, t, d = c["q"].shape
+    L = c["table"].shape[1] * bs
+
+    def run() -> np.ndarray:
+        kp, vp = braze.from_numpy(c["kp"]), braze.from_numpy(c["vp"])
+        table, pos = braze.from_numpy(c["table"]), braze.from_numpy(c["pos"])
+        q = braze.from_numpy(c["q"])
+        return paged_attention(q, kp, vp, table, pos, bs).numpy().copy()
+
+    fused, ref, st = _both(monkeypatch, run)
+    want = _np_attention(c["q"], c["kp"], c["vp"], c["table"], c["pos"], bs)
+    np.testing.assert_allclose(ref, want, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(fused, want, rtol=2e-5, atol=2e-5)
+    assert st["kernel_launches"] == 1, st  # the chain, its keys and values gathered as it reads them
+    assert st["bytes_allocated"] < b * (h // 1) * t * d * 4 + 4096 < b * 2 * L * d * 4, st  # the output only
+
+
+@pytest.mark.parametrize("fusion", ["1", "0"])
+def test_an_out_of_range_table_entry_raises(fusion: str, monkeypatch: Any) -> None:
+    """A table known when the step records is checked then (as any index); one that
+    changes later is checked by the chain kernel: see the captured step below."""
+    monkeypatch.setenv("BRAZE_FUSION", fusion)
+    c = _case(b=2, h=2, kvh=1, t=1, d=8, bs=4, blocks=10, nb=5, short=True)
+    c["table"][1, 4] = 10  # past every position (masked), still an error, as in PyTorch
+    args = [braze.from_numpy(c[n]) for n in ("q", "kp", "vp", "table", "pos")]
+    with pytest.raises(IndexOutOfRange) as e:
+        paged_attention(*args, 4).numpy()  # type: ignore[call-arg]
+    assert e.value.index == 10 and e.value.size == 10
+
+
+# -- a captured step: embedding, rotary at per-row positions, the writes, paged attention ------
+
+class Toy:
+    """A two-layer decoder step over paged KV pools, as the serving engine writes one:
+    B sequences of T new tokens, their slots in the pools, block tables and positions
+    all tensors the caller writes in place between steps."""
+
+    C, H, KVH, D, BS, BLOCKS, VOCAB, LAYERS = 32, 4, 2, 8, 4, 24, 50, 2
+
+    def __init__(self) -> None:
+        r = np.random.default_rng(3)
+        self.emb = braze.from_numpy(r.standard_normal((self.VOCAB, self.C)).astype(np.float32))
+        half = lambda *s: braze.from_numpy((r.standard_normal(s) * 0.2).astype(np.float16))  # noqa: E731
+        self.w = [{n: half(o, i) for n, o, i in (("q", self.H * self.D, self.C), ("k", self.KVH * self.D, self.C),
+                                                ("v", self.KVH * self.D, self.C), ("o", self.C, self.H * self.D))}
+                  for _ in range(self.LAYERS)]
+        ang = np.arange(64)[:, None] / 10000 ** (np.arange(self.D // 2)[None, :] * 2 / self.D)
+        self.cos, self.sin = braze.from_numpy(np.cos(ang).astype(np.float32)), braze.from_numpy(np.sin(ang).astype(np.float32))
+
+    def pools(self) -> list[tuple[braze.Tensor, braze.Tensor]]:
+        z = lambda: braze.from_numpy(np.zeros((self.BLOCKS * self.BS, self.KVH, self.D), np.float32))  # noqa: E731
+        return [(z(), z()) for _ in range(self.LAYERS)]
+
+    def rope(self, x: braze.Tensor, cos: braze.Tensor, sin: braze.Tensor) -> braze.Tensor:
+        h = self.D // 2
+        x1, x2 = x[..., :h], x[..., h:]
+        return braze.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+    def step(self, pools: list[tuple[braze.Tensor, braze.Tensor]], ids: braze.Tensor, slots: braze.Tensor,
+             table: braze.Tensor, pos: braze.Tensor) -> braze.Tensor:
+        b, t = ids.shape
+        n, D = b * t, self.D
+        x = F.embedding(ids.reshape(-1), self.emb)  # (n, C)
+        cos = self.cos.index_select(0, pos.reshape(-1)).reshape(n, 1, D // 2)
+        sin = self.sin.index_select(0, pos.reshape(-1)).reshape(n, 1, D // 2)
+        for w, (kp, vp) in zip(self.w, pools):
+            q = self.rope(F.linear(x, w["q"]).reshape(n, self.H, D), cos, sin)
+            k = self.rope(F.linear(x, w["k"]).reshape(n, self.KVH, D), cos, sin)
+            kp.index_copy_(0, slots, k)
+            vp[slots] = F.linear(x, w["v"]).reshape(n, self.KVH, D)
+            a = paged_attention(q.reshape(b, t, self.H, D).transpose(1, 2), kp, vp, table, pos, self.BS)
+            x = x + F.linear(a.transpose(1, 2).reshape(n, self.H * D), w["o"])
+        return x.reshape(b, t, self.C)
+
+
+def _toy_inputs(b: int, t: int, nb: int, step: int) -> dict[str, np.ndarray]:
+    """Step ``step`` of b sequences of different lengths, each with its own blocks
+    (sequence 0's first block shared by sequence 1: a common prefix), t new tokens."""
+    BS = Toy.BS
+    table = np.array([[(s * nb + j) % Toy.BLOCKS for j in range(nb)] for s in range(b)], np.int64)
+    if b > 1:
+        table[1, 0] = table[0, 0]
+    start = np.array([3 + 2 * s + step * t for s in range(b)])
+    pos = (start[:, None] + np.arange(t)[None, :]).astype(np.int64)
+    slots = np.array([table[s, p // BS] * BS + p % BS for s in range(b) for p in pos[s]], np.int64)
+    ids = np.random.default_rng(step).integers(0, Toy.VOCAB, (b, t)).astype(np.int64)
+    return {"ids": ids, "slots": slots, "table": table, "pos": pos}
+
+
+@pytest.mark.parametrize("b,t", [(3, 1), (1, 4)], ids=["decoding", "prefill chunk"])
+def test_a_paged_step_is_captured_and_replays_at_new_slots_tables_and_positions(b: int, t: int,
+                                                                               monkeypatch: Any) -> None:
+    from braze.capture import StepCapture
+    toy, nb = Toy(), 8
+    first = _toy_inputs(b, t, nb, 0)
+    bufs = {k: v.copy() for k, v in first.items()}
+    ins = {k: braze.from_numpy(v) for k, v in bufs.items()}  # the caller's tensors, written in place
+    fused_pools, ref_pools = toy.pools(), toy.pools()
+
+    def fused_step() -> braze.Tensor:
+        return toy.step(fused_pools, ins["ids"], ins["slots"], ins["table"], ins["pos"])
+
+    def ref_step(x: dict[str, np.ndarray]) -> np.ndarray:
+        monkeypatch.setenv("BRAZE_FUSION", "0")
+        out = toy.step(ref_pools, *(braze.from_numpy(x[k].copy()) for k in ("ids", "slots", "table", "pos"))).numpy()
+        monkeypatch.setenv("BRAZE_FUSION", "1")
+        return out
+
+    def check(x: dict[str, np.ndarray], got: np.ndarray) -> None:
+        np.testing.assert_allclose(got, ref_step(x), rtol=1e-4, atol=1e-4)
+        for (fk, fv), (rk, rv) in zip(fused_pools, ref_pools):
+            np.testing.assert_allclose(fk.numpy(), rk.numpy(), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(fv.numpy(), rv.numpy(), rtol=1e-5, atol=1e-5)
+
+    monkeypatch.setenv("BRAZE_FUSION", "1")
+    cap = StepCapture(static=True)
+    for _ in range(2):  # observed twice at the same inputs (a static capture)
+        for k in bufs:
+            bufs[k][...] = first[k]
+        got = cap.observe(0, fused_step)
+    assert cap.ready, cap.reason
+    kernels = [[n.op.name for n in map(seg.nodes.__getitem__, st.step.nodes)]
+               for seg in cap.segments or [] for st in seg.plan.steps]
+    # per layer: the two scatters (one kernel each) and one attention chain; the only
+    # gathers stored are the embedding's rows and the rotary tables' (read by 4 kernels
+    # a layer): the keys and values are read through the tables by the chains
+    assert kernels.count(["index_copy"]) == 2 * Toy.LAYERS, kernels
+    assert sum("matmul" in k for k in kernels) == Toy.LAYERS, kernels
+    assert sum(k.count("index_select") for k in kernels) == 3, kernels
+    check(first, got)
+    for s in range(1, 6):
+        x = _toy_inputs(b, t, nb, s)
+        if s == 3:
+            x["table"] = x["table"][::-1].copy()  # other sequences' blocks
+            x["slots"] = np.array([x["table"][i, p // Toy.BS] * Toy.BS + p % Toy.BS
+                                   for i in range(b) for p in x["pos"][i]], np.int64)
+        for k in bufs:
+            bufs[k][...] = x[k]
+        braze.reset_stats()
+        got = cap.replay(0).copy()
+        assert braze.stats()["nodes_recorded"] == 0
+        check(x, got)
+    # an entry out of range, written after the capture: found by the kernels, nothing stored
+    before = [(k.numpy().copy(), v.numpy().copy()) for k, v in fused_pools]
+    bufs["table"][0, 1] = Toy.BLOCKS
+    with pytest.raises(IndexOutOfRange) as e:
+        cap.replay(0)
+    assert e.value.index == Toy.BLOCKS and e.value.size == Toy.BLOCKS
+    bufs["table"][0, 1] = x["table"][0, 1]
+    bufs["slots"][-1] = Toy.BLOCKS * Toy.BS + 7
+    with pytest.raises(IndexOutOfRange) as e:
+        cap.replay(0)
+    assert e.value.index == Toy.BLOCKS * Toy.BS + 7
+    assert all(np.array_equal(k.numpy(), bk) and np.array_equal(v.numpy(), bv)
+               for (k, v), (bk, bv) in zip(fused_pools, before))  # the first write failed: none ran
+    bufs["slots"][-1] = x["slots"][-1]
+    check(x, cap.replay(0).copy())

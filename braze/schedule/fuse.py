@@ -93,6 +93,7 @@ class Scheduler:
                 self.dtypes[self.key(o.storage)] = o.storage.dtype
 
         self.created = recompute.find(nodes, self.key)
+        self.gathers = recompute.gathers(nodes, self.key)  # read through by chains only
 
     def key(self, storage: Any) -> Key:
         return self.key_of[id(storage)]
@@ -543,9 +544,11 @@ class Scheduler:
     def load_through(self, g: Group, o: Any, dim_map: Sequence[int | None], extents: Sequence[int],
                      ref: tuple[int, int]) -> ir.Load:
         """``load`` for a chain's matmul operand: a copy of a view (``repeat_kv``'s
-        keys and values) is read where its input lies, through the index."""
+        keys and values) is read where its input lies, through the index; rows
+        gathered from a tensor that exists before the flush (keys through a block
+        table) where they lie, at the index's values (``recompute.gathers``)."""
         k = self.key(o.storage)
-        made = self.created.get(k)
+        made = self.created.get(k) or self.gathers.get(k)
         if made is not None:
             e = made(affine(o.layout, dim_map, len(extents)), extents, self.loader(g))
             if isinstance(e, ir.Load):
