@@ -181,6 +181,7 @@ ATTENTION_CASES = {
     "mixed t, small blocks": dict(b=3, h=4, kvh=1, t=3, d=8, bs=4, blocks=50, nb=13),
     "shared prefix": dict(b=4, h=4, kvh=2, t=1, d=16, bs=16, blocks=30, nb=8, shared=True),
     "mostly masked": dict(b=3, h=4, kvh=2, t=2, d=16, bs=16, blocks=40, nb=12, short=True),
+    "long chunk (tiles packed once)": dict(b=1, h=4, kvh=2, t=100, d=16, bs=8, blocks=20, nb=16),
 }
 
 
@@ -190,7 +191,6 @@ def test_attention_reads_through_the_block_table_in_one_chain_kernel(name: str, 
     c = _case(**cfg)  # type: ignore[arg-type]
     bs = int(cfg["bs"])
     b, h, t, d = c["q"].shape
-    L = c["table"].shape[1] * bs
 
     def run() -> np.ndarray:
         kp, vp = braze.from_numpy(c["kp"]), braze.from_numpy(c["vp"])
@@ -203,7 +203,7 @@ def test_attention_reads_through_the_block_table_in_one_chain_kernel(name: str, 
     np.testing.assert_allclose(ref, want, rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(fused, want, rtol=2e-5, atol=2e-5)
     assert st["kernel_launches"] == 1, st  # the chain, its keys and values gathered as it reads them
-    assert st["bytes_allocated"] < b * (h // 1) * t * d * 4 + 4096 < b * 2 * L * d * 4, st  # the output only
+    assert st["bytes_allocated"] <= b * h * t * d * 4 + 4096, st  # the output only: no gathered keys or values
 
 
 @pytest.mark.parametrize("fusion", ["1", "0"])
@@ -346,3 +346,29 @@ def test_a_paged_step_is_captured_and_replays_at_new_slots_tables_and_positions(
                for (k, v), (bk, bv) in zip(fused_pools, before))  # the first write failed: none ran
     bufs["slots"][-1] = x["slots"][-1]
     check(x, cap.replay(0).copy())
+
+
+def test_new_batch_sizes_and_table_widths_compile_nothing(monkeypatch: Any, plan_builds: list[bool]) -> None:
+    """A decoding step's write and attention at a new (B, NB): from the program's
+    second shape on, its kernels are generic in their sizes (``codegen/generic.py``)."""
+    from braze import plan
+    from braze.stream import fusion_enabled
+    if not fusion_enabled():
+        pytest.skip("the fused executor's kernels")
+    monkeypatch.setattr(plan, "_plan_path", lambda key: None)  # render now: compiled objects may be cached
+    bs, blocks, kvh, d = 16, 64, 2, 32
+    kp0, vp0 = (RNG.standard_normal((blocks * bs, kvh, d)).astype(np.float32) for _ in range(2))
+    for b, nb in ((2, 4), (3, 6), (5, 9), (4, 7), (6, 3)):
+        kp, vp = braze.from_numpy(kp0.copy()), braze.from_numpy(vp0.copy())
+        table = np.stack([RNG.choice(blocks, nb, replace=False) for _ in range(b)]).astype(np.int64)
+        pos = RNG.integers(1, nb * bs, (b, 1)).astype(np.int64)
+        slots = np.array([table[i, p // bs] * bs + p % bs for i, p in enumerate(pos[:, 0])], np.int64)
+        q = RNG.standard_normal((b, 4, 1, d)).astype(np.float32)
+        new = RNG.standard_normal((b, kvh, d)).astype(np.float32)
+        kp.index_copy_(0, braze.from_numpy(slots), braze.from_numpy(new) * 1.0)
+        out = paged_attention(braze.from_numpy(q), kp, vp, braze.from_numpy(table), braze.from_numpy(pos), bs)
+        got = out.numpy()
+        kw = kp0.copy()
+        kw[slots] = new
+        np.testing.assert_allclose(got, _np_attention(q, kw, vp0, table, pos, bs), rtol=2e-5, atol=2e-5)
+    assert len(plan_builds) == 5 and not any(plan_builds[2:]), plan_builds

@@ -280,7 +280,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     k_rows, k_ld = (k_at, ldk) if ldk is not None else ("kt", d)
     v_at = f"a{contract.v.arg} + " + Renderer([f"o{i}" for i in range(n_outer)] + ["j0", "0"]).index(contract.v.index)
     # keys and values through a block table, read in place block by block (narrow tasks)
-    paged_k = _paged_rows(dot.b, n_outer) if narrow else None
+    paged_rows = _paged_rows(dot.b, n_outer)
+    paged_k = paged_rows if narrow else None
     paged_v = _paged_rows(contract.v, n_outer) if narrow else None
 
     names = iter(range(1 << 30))
@@ -486,6 +487,14 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
             res += ["int64_t jb = 0;",
                     f"for (; jb + 8 <= nk; jb += 8) for (int64_t dd = 0; dd < {d}; dd += 8) "
                     f"braze_transpose8({k_at} + jb * {ldk} + dd, {ldk}, {dst} + dd * {BK} + jb, {BK});"]
+            first = "jb"
+        elif paged_rows is not None and paged_rows[1] % 8 == 0 and d % 8 == 0:
+            # rows through a block table: each 8 rows lie in one block, a stride apart
+            at = Renderer([f"o{i}" for i in range(n_outer)] + ["i0", "0"]).index(dot.b.index)
+            res += ["int64_t jb = 0;", "for (; jb + 8 <= nk; jb += 8) {", "    const int64_t i0 = j0 + jb;",
+                    *row_at(dot.b), f"    const float *xp = a{dot.b.arg} + {at} + at{dot.b.arg}_0 * {dot.b.at[0][1]};",
+                    f"    for (int64_t dd = 0; dd < {d}; dd += 8) "
+                    f"braze_transpose8(xp + dd, {paged_rows[0]}, {dst} + dd * {BK} + jb, {BK});", "}"]
             first = "jb"
         return res + [f"for (int64_t jj = {first}; jj < {BK}; jj++) {{",  # rows of B^T are contiguous: read along them
                 # (a row past the end through a block table would read past the table's row)
