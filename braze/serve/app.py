@@ -152,8 +152,8 @@ def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int =
         while (await request.receive())["type"] != "http.disconnect":
             pass
 
-    def submit(request: Request, ids: list[int], g: Generation) -> Submitted:
-        req = protocol.engine_request(engine, ids, g)
+    def submit(request: Request, ids: list[int], g: Generation, param: str) -> Submitted:
+        req = protocol.engine_request(engine, ids, g, param)
         try:
             return Submitted(engine, req, lambda: disconnected_of(request))
         except QueueFull as e:
@@ -181,7 +181,7 @@ def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int =
         yield "data: [DONE]\n\n"
 
     async def generate(request: Request, ids: list[int], g: Generation, fmt: Format) -> Response:
-        sub = submit(request, ids, g)
+        sub = submit(request, ids, g, "messages" if isinstance(fmt, Chat) else "prompt")
         if g.stream:
             return StreamingResponse(stream(sub, fmt, g), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

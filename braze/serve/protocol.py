@@ -217,12 +217,13 @@ def completion_request(body: Mapping[str, Any]) -> tuple[str | list[int], Genera
     return prompt, generation(body, integer(body, "logprobs", 0, MAX_TOP_LOGPROBS))
 
 
-def engine_request(engine: Engine, prompt_ids: Sequence[int], g: Generation) -> Request:
-    """The engine's request, checked against the context: errors name the field."""
+def engine_request(engine: Engine, prompt_ids: Sequence[int], g: Generation, param: str) -> Request:
+    """The engine's request, checked against the context: errors name the field
+    (``param``: where the prompt came from, "messages" or "prompt")."""
     n, ctx = len(prompt_ids), engine.context_length
     if n >= ctx:
         raise APIError(400, f"the prompt has {n} tokens; this model's context holds {ctx} (the prompt must leave "
-                            "room for at least one generated token)", param="messages", code="context_length_exceeded")
+                            "room for at least one generated token)", param=param, code="context_length_exceeded")
     max_tokens = g.max_tokens if g.max_tokens is not None else ctx - n
     if n + max_tokens > ctx:
         raise APIError(400, f"max_tokens is {max_tokens} and the prompt has {n} tokens: together past this model's "
@@ -231,7 +232,7 @@ def engine_request(engine: Engine, prompt_ids: Sequence[int], g: Generation) -> 
     try:
         engine.check(req)
     except (ShapeMismatch, InvalidArgument) as e:
-        raise bad("prompt", str(e)) from None
+        raise bad(param, str(e)) from None
     return req
 
 
