@@ -16,6 +16,7 @@ import time
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, AsyncIterator
 
+import numpy as np
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -30,6 +31,8 @@ from .protocol import APIError, Generation
 from .responses import Chat, Format, Text, embeddings
 
 DEFAULT_MAX_BODY_BYTES = 4 << 20
+#: texts embedded per engine job (a request's list is split; generation steps run between)
+EMBED_BATCH = 32
 #: how often the app drains the engine's latency samples into its histograms between scrapes
 METRICS_REFRESH_S = 5.0
 #: the status logged for a request whose client left before its answer (nginx's)
@@ -60,6 +63,24 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object", code="invalid_json")
     return body
+
+
+class _SequenceStream(StreamingResponse):
+    """A stream of server-sent events that cancels its sequence however it ends: its
+    generator's own cleanup runs only if the generator was started, and a client can
+    leave before the first chunk."""
+
+    def __init__(self, content: AsyncIterator[str], sub: Submitted) -> None:
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.sub = sub
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if not self.sub.finished:
+                self.sub.engine.cancel(self.sub.seq_id)
 
 
 def _sse(obj: Any) -> str:
@@ -183,8 +204,7 @@ def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int =
     async def generate(request: Request, ids: list[int], g: Generation, fmt: Format) -> Response:
         sub = submit(request, ids, g, "messages" if isinstance(fmt, Chat) else "prompt")
         if g.stream:
-            return StreamingResponse(stream(sub, fmt, g), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return _SequenceStream(stream(sub, fmt, g), sub)
         async with aclosing(sub.events()) as events:
             got = [ev async for ev in events]
         if sub.client_gone or not got:
@@ -220,12 +240,16 @@ def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int =
             raise APIError(404, "this server has no embedding model (start it with --embedding-model)",
                            param="model", code="model_not_found")
         check_model(model, engine.embedder_name)
-        try:
-            vectors, n_tokens = await asyncio.wrap_future(engine.embed(texts))
+        parts, n_tokens = [], 0
+        try:  # in batches: a long list neither takes the memory of one huge batch nor stalls generation
+            for i in range(0, len(texts), EMBED_BATCH):
+                vectors, n = await asyncio.wrap_future(engine.embed(texts[i:i + EMBED_BATCH]))
+                parts.append(vectors)
+                n_tokens += n
         except (ShapeMismatch, InvalidArgument) as e:
             raise protocol.bad("input", str(e)) from None
         assert engine.embedder_name is not None
-        return JSONResponse(embeddings(engine.embedder_name, vectors, n_tokens, encoding))
+        return JSONResponse(embeddings(engine.embedder_name, np.concatenate(parts), n_tokens, encoding))
 
     started = int(time.time())
 

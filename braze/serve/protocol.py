@@ -93,6 +93,16 @@ def string(body: Mapping[str, Any], name: str, default: str | None = None) -> st
     return value
 
 
+def unicode(value: str, param: str) -> str:
+    """``value`` if it is valid Unicode: JSON's escapes can spell a lone surrogate
+    (``"\\ud800"``), which no tokenizer encodes."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise bad(param, f"'{param}' is not valid Unicode (a lone surrogate at character {e.start})") from None
+    return value
+
+
 def _only(body: Mapping[str, Any], name: str, allowed: Sequence[Any], why: str) -> None:
     value = _field(body, name)
     if value is not _MISSING and value not in allowed:
@@ -122,7 +132,7 @@ def _stop(body: Mapping[str, Any]) -> tuple[str, ...]:
         raise bad("stop", "'stop' must be a string or a list of strings", "invalid_type")
     if len(stops) > MAX_STOPS or any(not s for s in stops):
         raise bad("stop", f"'stop' takes at most {MAX_STOPS} strings, none of them empty")
-    return tuple(stops)
+    return tuple(unicode(s, "stop") for s in stops)
 
 
 def _stream_options(body: Mapping[str, Any], stream: bool) -> bool:
@@ -162,14 +172,14 @@ def _content(message: Mapping[str, Any], i: int) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
-        return content
+        return unicode(content, f"messages[{i}].content")
     if isinstance(content, list):
         parts = []
         for part in content:
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise bad(f"messages[{i}].content", "only text content parts ({'type': 'text', 'text': ...}) "
                                                    "are supported", "unsupported_value")
-            parts.append(part["text"])
+            parts.append(unicode(part["text"], f"messages[{i}].content"))
         return "".join(parts)
     raise bad(f"messages[{i}].content", "a message's 'content' must be a string or a list of text parts",
               "invalid_type")
@@ -211,6 +221,8 @@ def completion_request(body: Mapping[str, Any]) -> tuple[str | list[int], Genera
     if not (isinstance(prompt, str) or ok_ids):
         raise bad("prompt", "'prompt' must be a string or a list of token ids (one prompt per request)",
                   "invalid_type")
+    if isinstance(prompt, str):
+        unicode(prompt, "prompt")
     _only(body, "echo", [False], "the prompt is not echoed")
     _only(body, "suffix", [""], "no suffix (fill-in-the-middle)")
     assert isinstance(prompt, (str, list))
@@ -258,6 +270,8 @@ def embedding_request(body: Mapping[str, Any]) -> tuple[list[str], str, str | No
     texts = [texts] if isinstance(texts, str) else texts
     if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
         raise bad("input", "'input' must be a string or a non-empty list of strings", "invalid_type")
+    for t in texts:
+        unicode(t, "input")
     if len(texts) > MAX_EMBED_INPUTS:
         raise bad("input", f"'input' has {len(texts)} texts; at most {MAX_EMBED_INPUTS} per request")
     fmt = string(body, "encoding_format", "float")

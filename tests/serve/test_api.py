@@ -109,3 +109,11 @@ def test_embeddings_float_and_base64(client: Any, engine: Any) -> None:
         assert [d.index for d in r.data] == [0, 1] and r.usage.prompt_tokens == n_tokens
     one = client.embeddings.create(model=engine.embedder_name, input=texts[0], encoding_format="float")
     np.testing.assert_allclose(one.data[0].embedding, direct[0], rtol=1e-4, atol=1e-5)
+
+
+def test_many_texts_are_embedded_in_batches_alike(client: Any, engine: Any) -> None:
+    texts = [f"sentence number {i} about {'cats' if i % 2 else 'the sea'}" for i in range(45)]  # past EMBED_BATCH
+    direct, n_tokens = engine.embed(texts).result(timeout=60)
+    r = client.embeddings.create(model=engine.embedder_name, input=texts, encoding_format="float")
+    assert [d.index for d in r.data] == list(range(45)) and r.usage.prompt_tokens == n_tokens
+    np.testing.assert_allclose(np.array([d.embedding for d in r.data]), direct, rtol=1e-4, atol=1e-5)

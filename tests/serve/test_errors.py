@@ -59,6 +59,9 @@ BAD_CHAT = [
     ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}, "messages[0].content"),
     ({"messages": ["Hi"]}, "messages[0]"),
+    ({"messages": [{"role": "user", "content": "a\ud800b"}]}, "messages[0].content"),  # a lone surrogate
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]}, "messages[0].content"),
+    ({"messages": MESSAGES, "stop": ["\ud800"]}, "stop"),
 ]
 
 
@@ -75,6 +78,8 @@ BAD_OTHER = [
     ("/v1/completions", {"prompt": "Hi", "echo": True}, "echo"),
     ("/v1/completions", {"prompt": "Hi", "logprobs": 99}, "logprobs"),
     ("/v1/completions", {"prompt": []}, "prompt"),  # an empty prompt: no token to continue
+    ("/v1/completions", {"prompt": "\ud83d"}, "prompt"),
+    ("/v1/embeddings", {"input": ["ok", "\ud83d"]}, "input"),
     ("/v1/embeddings", {"input": 5}, "input"),
     ("/v1/embeddings", {"input": []}, "input"),
     ("/v1/embeddings", {"input": "a", "encoding_format": "int8"}, "encoding_format"),
