@@ -202,6 +202,7 @@ def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int =
         yield "data: [DONE]\n\n"
 
     async def generate(request: Request, ids: list[int], g: Generation, fmt: Format) -> Response:
+        check_model(g.model, engine.model_name)
         sub = submit(request, ids, g, "messages" if isinstance(fmt, Chat) else "prompt")
         if g.stream:
             return _SequenceStream(stream(sub, fmt, g), sub)
@@ -222,14 +223,12 @@ def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int =
     @v1.post("/chat/completions")
     async def chat_completions(request: Request) -> Response:
         messages, g = protocol.chat_request(await read_json(request, max_body_bytes))
-        check_model(g.model, engine.model_name)
         return await generate(request, protocol.encode_chat(engine, messages), g,
                               Chat(engine.model_name, engine.tokenizer))
 
     @v1.post("/completions")
     async def completions(request: Request) -> Response:
         prompt, g = protocol.completion_request(await read_json(request, max_body_bytes))
-        check_model(g.model, engine.model_name)
         return await generate(request, protocol.encode_prompt(engine, prompt), g,
                               Text(engine.model_name, engine.tokenizer))
 

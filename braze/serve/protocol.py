@@ -75,22 +75,22 @@ def number(body: Mapping[str, Any], name: str, lo: float, hi: float, default: fl
     return float(value)
 
 
-def boolean(body: Mapping[str, Any], name: str, default: bool = False) -> bool:
+def _typed(body: Mapping[str, Any], name: str, kind: type, kind_name: str, default: Any) -> Any:
     value = _field(body, name)
     if value is _MISSING:
         return default
-    if not isinstance(value, bool):
-        raise bad(name, f"'{name}' must be a boolean, not {type(value).__name__}", "invalid_type")
+    if not isinstance(value, kind):
+        raise bad(name, f"'{name}' must be {kind_name}, not {type(value).__name__}", "invalid_type")
     return value
+
+
+def boolean(body: Mapping[str, Any], name: str, default: bool = False) -> bool:
+    return bool(_typed(body, name, bool, "a boolean", default))
 
 
 def string(body: Mapping[str, Any], name: str, default: str | None = None) -> str | None:
-    value = _field(body, name)
-    if value is _MISSING:
-        return default
-    if not isinstance(value, str):
-        raise bad(name, f"'{name}' must be a string, not {type(value).__name__}", "invalid_type")
-    return value
+    value = _typed(body, name, str, "a string", default)
+    return None if value is None else str(value)
 
 
 def unicode(value: str, param: str) -> str:
