@@ -37,7 +37,8 @@ EMBED_BATCH = 32
 METRICS_REFRESH_S = 5.0
 #: the status logged for a request whose client left before its answer (nginx's)
 CLIENT_CLOSED = 499
-ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/health", "/metrics")
+ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/models/{model}",
+             "/health", "/metrics")
 
 
 def _error(e: APIError) -> JSONResponse:
@@ -114,6 +115,8 @@ class _CountRequests:
             await self.app(scope, receive, send_counting)
         finally:
             path = scope.get("path", "")
+            if path.startswith("/v1/models/"):
+                path = "/v1/models/{model}"
             self.metrics.requests.labels(path if path in ENDPOINTS else "other", str(status)).inc()
 
 
@@ -252,11 +255,19 @@ def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int =
 
     started = int(time.time())
 
+    def model_card(name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": started, "owned_by": "braze"}
+
     @v1.get("/models")
     async def models() -> dict[str, Any]:
-        names = [n for n in (engine.model_name, engine.embedder_name) if n is not None]
-        return {"object": "list", "data": [{"id": n, "object": "model", "created": started, "owned_by": "braze"}
-                                           for n in names]}
+        return {"object": "list", "data": [model_card(n) for n in (engine.model_name, engine.embedder_name)
+                                           if n is not None]}
+
+    @v1.get("/models/{name:path}")
+    async def model(name: str) -> dict[str, Any]:
+        if name not in (engine.model_name, engine.embedder_name):
+            check_model(name, engine.model_name)  # the 404
+        return model_card(name)
 
     app.include_router(v1)
 

@@ -27,6 +27,7 @@ def reference(engine: Any, prompt: str, max_tokens: int, chat: bool = False, sto
 def test_models_lists_the_llm_and_the_embedder(client: Any, engine: Any) -> None:
     ids = [m.id for m in client.models.list().data]
     assert ids == [engine.model_name, engine.embedder_name]
+    assert client.models.retrieve(engine.embedder_name).id == engine.embedder_name
 
 
 def test_chat_is_the_models_greedy_answer(client: Any, engine: Any) -> None:

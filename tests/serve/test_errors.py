@@ -108,6 +108,7 @@ def test_unknown_models_paths_and_methods(server: Any) -> None:
     assert_error(post(server.url, CHAT, {"model": "gpt-4o", "messages": MESSAGES}), 404, param="model",
                  code="model_not_found")
     assert_error(httpx.get(server.url + "/v1/nothing"), 404, code="not_found")
+    assert_error(httpx.get(server.url + "/v1/models/gpt-4o"), 404, code="model_not_found")
     assert_error(httpx.get(server.url + CHAT), 405, code="method_not_allowed")
 
 
