@@ -17,6 +17,14 @@ API_KEY = "sk-test-0123456789"
 START_TIMEOUT_S = 60.0
 
 
+@pytest.fixture(autouse=True)
+def fused(monkeypatch: Any) -> None:
+    """These tests are about the HTTP layer: the engine runs fused even in the suite's
+    reference pass (``BRAZE_FUSION=0``, where four tokens take ~45 s here); the model's
+    reference path is tested by the model tests. Read at each flush, so set per test."""
+    monkeypatch.setenv("BRAZE_FUSION", "1")
+
+
 class ServerThread:
     """``app`` served by uvicorn in a daemon thread; ``url`` once started."""
 
