@@ -41,7 +41,10 @@ class FailingEngine:
     def submit(self, req: Request, on_event: Callable[[Event], None]) -> int:
         ev = Event(0, text="partial", token_id=5, finish_reason=None, prompt_tokens=len(req.prompt_ids))
         last = Event(0, finish_reason=self.reason, error=RuntimeError("a kernel failed"))
-        threading.Timer(0.05, lambda: (on_event(ev), on_event(last))).start()
+        def send() -> None:  # on another thread, as the engine's
+            on_event(ev)
+            on_event(last)
+        threading.Timer(0.05, send).start()
         return 0
 
     def cancel(self, seq_id: int) -> None:
