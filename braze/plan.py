@@ -44,7 +44,7 @@ from .codegen.generic import symbolize
 from .codegen.c import kernel_source, llc_bytes, module_source
 from . import ir, plan_store
 from .errors import CompileError, IndexOutOfRange
-from .runtime import cpu, memory
+from .runtime import cpu, memory, units
 from .runtime import reference
 from .schedule import ExternStep, KernelStep, schedule
 from .stats import COUNTERS
@@ -82,8 +82,8 @@ class Plan:
 
 
 # bump when the stored schedule's shape changes (2: arena, 3: refs, 4: rendered C, 5: epilogues, 6: prologues,
-# 7: generic kernels, 8: checksummed JSON, plan_store.py)
-_PLAN_FORMAT = 8
+# 7: generic kernels, 8: checksummed JSON, plan_store.py, 9: compile units, runtime/units.py)
+_PLAN_FORMAT = 9
 _variants: dict[Any, int] = {}  # how many builds of each shape-free form compiled new kernels
 _shapes: dict[Any, int] = {}  # how many shapes of each program (its ops and dtypes) were built
 
@@ -402,13 +402,15 @@ Rendered = tuple[list[tuple[str, list[str]]], list[tuple[int, str]], list[tuple[
 
 
 def _render(sched_steps: Sequence[Any], generic: bool = False) -> Rendered:
-    """The C of a schedule's kernels, in two modules: the generic kernels (with
-    ``generic``; ``codegen/generic.py``), whose text, and so compiled object, is the same
-    at every shape of the program that renders them alike, and the others. Identical kernels
-    (every layer of a model computes the same thing on other weights) are rendered, and
-    compiled, once: kernels read their buffers (and sizes) through arguments."""
-    unique: list[dict[str, str]] = [{}, {}]  # generic, specialised: body -> name
-    step_names: list[tuple[int, str]] = []
+    """The C of a schedule's kernels: the generic kernels (with ``generic``;
+    ``codegen/generic.py``), whose text, and so compiled object, is the same at every
+    shape of the program that renders them alike, and the others, each group in the
+    compile units of ``runtime/units.py`` (one module, or a big kernel alone and the
+    rest in groups, compiled in parallel). Identical kernels (every layer of a model
+    computes the same thing on other weights) are rendered, and compiled, once: kernels
+    read their buffers (and sizes) through arguments."""
+    unique: list[dict[str, None]] = [{}, {}]  # generic, specialised: their bodies, in order
+    step_bodies: list[tuple[int, str]] = []
     step_sizes: list[tuple[int, ...]] = []
     for st in sched_steps:
         if isinstance(st, KernelStep):
@@ -417,21 +419,27 @@ def _render(sched_steps: Sequence[Any], generic: bool = False) -> Rendered:
                 which, body = 0, kernel_source(g[0], "KERNEL", len(g[1]))
             else:
                 which, body = 1, kernel_source(st.kernel, "KERNEL")
-            names = unique[which]
-            step_names.append((which, names.setdefault(body, f"braze_{'gk'[which]}{len(names)}")))
+            unique[which].setdefault(body)
+            step_bodies.append((which, body))
             step_sizes.append(g[1] if g else ())
-    # every use of the name: a quantized matmul's epilogue and prologue are functions of
-    # their own (KERNEL_ep, KERNEL_pro), so are a generic kernel's two bodies (KERNEL_s, KERNEL_p)
-    modules = [(module_source([re.sub(r"\bKERNEL(?=(_ep|_pro|_s|_p)?\b)", n, body) for body, n in u.items()])
-                if u else "", list(u.values())) for u in unique]
-    return modules, step_names, step_sizes
+    modules: list[tuple[str, list[str]]] = []
+    where: dict[tuple[int, str], tuple[int, str]] = {}
+    for which, u in enumerate(unique):
+        bodies = list(u)
+        for unit in units.partition(bodies):
+            names = [f"braze_{'gk'[which]}{j}" for j in range(len(unit))]
+            # every use of the name: a quantized matmul's epilogue and prologue are functions of
+            # their own (KERNEL_ep, KERNEL_pro), so are a generic kernel's two bodies (KERNEL_s, KERNEL_p)
+            modules.append((module_source([re.sub(r"\bKERNEL(?=(_ep|_pro|_s|_p)?\b)", n, bodies[i])
+                                           for i, n in zip(unit, names)]), names))
+            where.update({(which, bodies[i]): (len(modules) - 1, n) for i, n in zip(unit, names)})
+    return modules, [where[sb] for sb in step_bodies], step_sizes
 
 
 def _compile(sched_steps: Sequence[Any], rendered: Rendered) -> list[CompiledKernel | ExternStep]:
     modules, step_names, step_sizes = rendered
     fns: list[dict[str, Any]] = []
-    for source, names in modules:
-        lib = cpu.compile_c(source, names) if names else None
+    for (source, names), lib in zip(modules, units.compile_units(modules)):
         fns.append({n: lib.function(n, [ctypes.c_void_p, ctypes.c_int64]) for n in names} if lib else {})
     named = iter(zip(step_names, step_sizes))
     out: list[CompiledKernel | ExternStep] = []

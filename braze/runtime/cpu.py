@@ -479,6 +479,7 @@ class CompiledLibrary:
 
 
 _loaded: dict[str, CompiledLibrary] = {}
+_count_lock = threading.Lock()
 _key_locks: dict[str, threading.Lock] = {}
 _loaded_lock = threading.Lock()
 
@@ -542,7 +543,8 @@ def _build(cc: list[str], flags: Sequence[str], source: str, directory: Path, so
             proc = subprocess.run(cmd, input=source, capture_output=True, text=True)
         except OSError as e:
             raise CompileError(f"could not run the C compiler {cc[0]}: {e}") from e
-        COUNTERS["kernels_compiled"] += 1
+        with _count_lock:  # compile units build in threads (runtime/units.py)
+            COUNTERS["kernels_compiled"] += 1
         if proc.returncode != 0:
             raise CompileError(
                 f"C compiler failed (exit {proc.returncode}): {shlex.join(cmd)}\n"
