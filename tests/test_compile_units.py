@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pytest
 
 import braze
 from braze import plan
+from braze.capture import StepCapture
 from braze.codegen.c import module_source
 from braze.errors import CompileError
 from braze.runtime import cpu, units
@@ -107,25 +108,84 @@ def _program(x: braze.Tensor, w: braze.Tensor) -> braze.Tensor:
     return (c * c - b).sigmoid() + 3.0
 
 
-def test_a_plan_split_into_units_computes_what_one_module_does(monkeypatch: Any, tmp_path: Any) -> None:
-    x, w = _randn(16, 16), _randn(16, 16, seed=1) * 0.1
-    w.numpy()  # its own flush: the program's stream is the same both times
-    plan.clear()
-    whole = _program(x, w).numpy().copy()
-    (one,) = plan.stored_plans()
-    n_kernels = len({s.fn.__name__ for s in one.steps if isinstance(s, plan.CompiledKernel)})  # distinct
-    assert n_kernels >= 3
-    plan.clear()
+@pytest.fixture
+def held(monkeypatch: Any) -> Iterator[threading.Event]:
+    """Background compiles (the whole modules) wait until the test sets the event."""
+    go = threading.Event()
+    real = units._compile_elsewhere
+
+    def slow(todo: Any) -> None:
+        assert go.wait(60)
+        real(todo)
+
+    monkeypatch.setattr(units, "_compile_elsewhere", slow)
     monkeypatch.setattr(units, "HEAVY_CHARS", 1)  # every kernel heavy: each its own unit
     monkeypatch.setenv("BRAZE_COMPILE_JOBS", "2")
-    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path / "split"))  # not the stored one-module plan
+    yield go
+    go.set()
+    units.wait()
+
+
+def _libs(p: Any) -> set[str]:
+    """The objects a plan's kernels come from (their symbols' key tags)."""
+    return {k.fn.__name__.rsplit("_", 1)[1] for k in p.steps if isinstance(k, plan.CompiledKernel)}
+
+
+def test_a_plan_runs_on_its_units_then_on_its_modules(monkeypatch: Any, tmp_path: Any,
+                                                       held: threading.Event) -> None:
+    x, w = _randn(16, 16), _randn(16, 16, seed=1) * 0.1
+    w.numpy()  # its own flush: the program's stream is the same every time
+    with monkeypatch.context() as m:
+        m.setenv("BRAZE_FUSION", "0")
+        want = _program(x, w).numpy().copy()
+    plan.clear()  # w's own plan
     before = COUNTERS["kernels_compiled"]
-    split = _program(x, w).numpy()
-    np.testing.assert_array_equal(split, whole)  # the same C, the same flags: the same bits
-    assert COUNTERS["kernels_compiled"] - before == n_kernels
-    (two,) = plan.stored_plans()
-    libs = {s.fn.__name__.rsplit("_", 1)[1] for s in two.steps if isinstance(s, plan.CompiledKernel)}
-    assert len(libs) == n_kernels  # one object per kernel
+    first = _program(x, w).numpy().copy()  # on the units: the whole module is held back
+    (p,) = plan.stored_plans()
+    n_kernels = len(_libs(p))
+    assert n_kernels >= 3 and COUNTERS["kernels_compiled"] - before == n_kernels  # one object per kernel
+    np.testing.assert_allclose(first, want, rtol=1e-5, atol=1e-5)
+    swaps = units.swaps()
+    held.set()
+    assert units.wait(60)
+    assert units.swaps() == swaps + 1 and COUNTERS["kernels_compiled"] - before == n_kernels  # compiled elsewhere
+    assert len(_libs(p)) == 1  # every kernel now from the whole module
+    np.testing.assert_array_equal(_program(x, w).numpy(), first)  # the same C, the same flags: the same bits
+    # a new process finds the module compiled and never uses the units
+    plan.clear()
+    before = COUNTERS["kernels_compiled"]
+    np.testing.assert_array_equal(_program(x, w).numpy(), first)
+    (again,) = plan.stored_plans()
+    assert len(_libs(again)) == 1 and COUNTERS["kernels_compiled"] == before and not units.failures
+
+
+def test_a_captured_step_replays_the_swapped_kernels(held: threading.Event) -> None:
+    table, m = _randn(32, 16), _randn(16, 16, seed=1)
+    m.numpy()
+
+    def step(pos: int) -> braze.Tensor:  # two kernels (rows, then columns), no extern step
+        a = (table[pos:pos + 1] * m).exp()
+        b = a / a.sum(-1, keepdim=True)
+        return (b - (b * 3.0).sum(0, keepdim=True)).tanh() * 2.0 + (pos + 100.5)
+
+    cap = StepCapture()
+    for pos in range(9):
+        cap.observe(pos, lambda: step(pos))
+        if cap.ready:
+            break
+    assert cap.ready, cap.reason
+    driver = cap.driver
+    assert driver is not None and driver.n >= 2
+    got = [cap.replay(p).copy() for p in (12, 20)]
+    on_units = list(driver.fns)
+    held.set()
+    assert units.wait(60)
+    again = [cap.replay(p).copy() for p in (12, 20)]
+    assert list(driver.fns) != on_units  # the replay calls the whole module's kernels now
+    assert [ctypes.cast(k.fn, ctypes.c_void_p).value for k in driver.kernels] == list(driver.fns)
+    for p, g, a in zip((12, 20), got, again):
+        np.testing.assert_array_equal(a, g)
+        np.testing.assert_allclose(g, step(p).numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_a_module_of_one_unit_is_the_module_it_always_was() -> None:
@@ -134,15 +194,15 @@ def test_a_module_of_one_unit_is_the_module_it_always_was() -> None:
     (p,) = plan.stored_plans()
     steps = [s for s in p.steps if isinstance(s, plan.CompiledKernel)]
     rendered = plan._render([s.step for s in steps])
-    (source, names), = rendered[0]
+    generic, (source, names) = rendered[0]  # no generic kernels; the specialised ones
+    assert generic == ("", [])
+    assert rendered[3] == [] and rendered[4] == []  # one unit per module: no units, no tiers
     bodies = [plan.kernel_source(s.step.kernel, "KERNEL") for s in steps]
     unique = list(dict.fromkeys(bodies))
     assert source == module_source([b.replace("KERNEL", n) for b, n in zip(unique, names)])
 
 
-def test_identical_units_of_two_programs_compile_once(monkeypatch: Any) -> None:
-    monkeypatch.setattr(units, "HEAVY_CHARS", 1)
-    monkeypatch.setenv("BRAZE_COMPILE_JOBS", "2")
+def test_identical_units_of_two_programs_compile_once(monkeypatch: Any, held: threading.Event) -> None:
     x, w = _randn(16, 16), _randn(16, 16, seed=1) * 0.1
     _program(x, w).numpy()
     before = COUNTERS["kernels_compiled"]
@@ -153,3 +213,47 @@ def test_identical_units_of_two_programs_compile_once(monkeypatch: Any) -> None:
         m.setenv("BRAZE_FUSION", "0")
         want = ((_program(x, w) @ w) * 2.0).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_whole_modules_land_in_the_cache_after_a_short_process_ends(tmp_path: Any) -> None:
+    """A process that ends before its modules are built leaves them building (a process
+    of their own): the next process finds them and compiles nothing."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    code = (
+        "import numpy as np, braze\n"
+        "from braze import plan\n"
+        "from braze.runtime import units\n"
+        "from braze.stats import COUNTERS\n"
+        "units.HEAVY_CHARS = 1\n"
+        "x = braze.from_numpy(np.arange(256, dtype=np.float32).reshape(16, 16) / 256)\n"
+        "w = braze.from_numpy(np.eye(16, dtype=np.float32) * 0.5)\n"
+        "a = (x.exp() * 0.5 + 1.0) @ w\n"
+        "b = (a.tanh() - x * 2.0) @ w\n"
+        "y = ((b.abs().sqrt() + a) * 3.0).numpy()\n"
+        "(p,) = [q for q in plan.stored_plans() if len(q.steps) > 2]\n"
+        "libs = {k.fn.__name__.rsplit('_', 1)[1] for k in p.steps if isinstance(k, plan.CompiledKernel)}\n"
+        "print(COUNTERS['kernels_compiled'], len(libs), float(y.sum()))\n")
+    cache = tmp_path / "cache"
+    env = dict(os.environ, BRAZE_CACHE_DIR=str(cache), BRAZE_FUSION="1", BRAZE_COMPILE_JOBS="2",
+               PYTHONPATH=str(Path(braze.__file__).resolve().parents[1]))
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    deadline = time.monotonic() + 240
+    while list(cache.glob(".later-*")) and time.monotonic() < deadline:  # removed as it starts
+        time.sleep(0.2)
+    second = None
+    while time.monotonic() < deadline:
+        second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert second.returncode == 0, second.stderr
+        if second.stdout.split()[1] == "1":
+            break
+        time.sleep(1)  # the background compile is still running
+    assert second is not None
+    compiled, libs, total = second.stdout.split()
+    assert compiled == "0" and libs == "1"  # every kernel from the whole module, nothing compiled
+    assert total == first.stdout.split()[2]

@@ -17,25 +17,44 @@ most of it was one kernel: the attention chain (~43 KB of C, 1.2 s of gcc at -O3
   compiler process (threads only wait on them), the biggest first, at most ``jobs()``
   at a time: the cores this process may run on, or ``$BRAZE_COMPILE_JOBS``.
 
-Units change nothing a kernel computes: each is the same kernel text with the same
-headers and flags (a quantized matmul's unit instantiates the same quant.h code). What
-was tried and not kept (the measurements are in the report of issue 15's item 6):
-compiling first at a lower optimisation level and swapping the -O3 object in later.
--O0, -O1, -Og and -O2 -fpeel-loops give other results (FMA contraction and inlining
-differ: logits off by up to 0.04), -O1 -fexpensive-optimizations and -O2 matched on one
-model but run decoding 30x slower than -O3 and compile only 1.3-2x faster.
+Two tiers, both -O3 with the same flags
+    gcc decides what to inline by the size of the translation unit: in the whole module
+    (with the attention kernel's bulk) it inlines the quantized matmul into each kernel
+    that calls it, with its sizes as constants; in a unit of light kernels alone it calls
+    it out of line, which is why that unit compiles fast, and it decodes ~2-3% slower
+    (1 thread, CPU time per step). So units are the first tier: a plan whose whole
+    modules are not cached runs on its units at once, while ``later`` compiles the whole
+    modules in a background process (gcc at nice 19: it takes what the running process
+    leaves; it outlives a process that ends first) and then swaps each kernel's
+    function for the whole module's; a captured step (``capture.py``) sees the swap (``swaps``) and rebuilds its array of functions
+    before its next replay. The next process finds the whole modules cached and never
+    uses the units. The tiers compute the same bits: the same kernel text, and the
+    matmul hands its sums to the epilogue through memory, so inlining it cannot fuse a
+    multiply of one with an add of the other.
+
+    A lower optimisation level for the first tier was measured and not built: -O0, -O1,
+    -Og and -O2 -fpeel-loops change results (FMA contraction and inlining differ: logits
+    off by up to 0.04); -O2 and -O1 -fexpensive-optimizations matched -O3 on SmolLM2 but
+    by no rule, and decode 30x slower while compiling only 1.3-2x faster.
 """
 
 from __future__ import annotations
 
+import ctypes
+import json
 import os
+import subprocess
+import sys
+import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Sequence
 
 from . import cpu
 from .threads import _allowed_cpus
 
-__all__ = ["HEAVY_CHARS", "LIGHT_SPLIT", "jobs", "partition", "compile_units"]
+__all__ = ["HEAVY_CHARS", "LIGHT_SPLIT", "jobs", "partition", "compile_units", "later", "swaps", "wait"]
 
 #: a kernel of at least this much C is compiled alone (attention chains: 30-45 KB; the
 #: next biggest kernels of an LLM step are ~2 KB)
@@ -94,3 +113,89 @@ def compile_units(modules: Sequence[tuple[str, Sequence[str]]]) -> list[cpu.Comp
         if out[i] is None:
             out[i] = cpu.compile_c(*modules[i])
     return out
+
+
+_pending: list[threading.Thread] = []
+_pending_lock = threading.Lock()
+_swaps = [0]
+#: background compiles that failed (a generated module the compiler rejects): the units stay
+failures: list[BaseException] = []
+
+
+def swaps() -> int:
+    """How many times kernels have been swapped for their whole module's: a captured
+    step built before the last swap rebuilds its functions."""
+    return _swaps[0]
+
+
+def later(modules: Sequence[tuple[str, Sequence[str]]], targets: Sequence[tuple[Any, int, str]]) -> None:
+    """Compile ``modules`` in the background, then set each target's ``fn`` (``(kernel,
+    module index, name)``, a ``plan.CompiledKernel``) to that module's function ``name``.
+
+    The compiling is a process of its own (``python -m braze.runtime.units FILE``, its
+    compilers at nice 19) that outlives this one: a short ``braze generate`` that ends
+    before the modules are built neither waits for them nor leaves them half-written;
+    they land in the cache for the next process. A thread here waits for it, loads the
+    modules from the cache and swaps."""
+    todo = [(src, list(names)) for src, names in modules if names]
+
+    def run() -> None:
+        try:
+            if not all(cpu.is_cached(src, names) for src, names in todo):
+                _compile_elsewhere(todo)
+            libs = [cpu.compile_c(src, names) if names else None for src, names in modules]
+            for kernel, m, name in targets:
+                lib = libs[m]
+                assert lib is not None
+                kernel.fn = lib.function(name, [ctypes.c_void_p, ctypes.c_int64])
+        except Exception as e:  # the units stay: correct, a little slower
+            failures.append(e)
+        else:
+            _swaps[0] += 1
+        finally:
+            with _pending_lock:
+                _pending.remove(thread)
+
+    thread = threading.Thread(target=run, name="braze-cc-later", daemon=True)
+    with _pending_lock:
+        _pending.append(thread)
+    thread.start()
+
+
+def _compile_elsewhere(todo: list[tuple[str, list[str]]]) -> None:
+    """Compile ``todo`` into the cache in a process of its own, and wait for it."""
+    directory = cpu.cache_dir()
+    fd, path = tempfile.mkstemp(dir=directory, prefix=".later-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(todo, f)
+    root = str(Path(__file__).resolve().parents[2])  # this braze, wherever it was imported from
+    env = dict(os.environ, BRAZE_CACHE_DIR=str(directory),
+               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    subprocess.run([sys.executable, "-m", "braze.runtime.units", path], env=env, start_new_session=True,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _main(path: str) -> None:
+    """The background compile ``later`` starts: the modules listed in ``path`` (JSON
+    ``[[source, names], ...]``, removed here), compiled into the cache at nice 19."""
+    try:
+        with open(path) as f:
+            todo = json.load(f)
+    finally:
+        os.unlink(path)
+    for src, names in todo:
+        cpu.compile_c(src, names, background=True)
+
+
+def wait(timeout: float | None = None) -> bool:
+    """Wait for the background compiles started so far; whether none is left."""
+    with _pending_lock:
+        threads = list(_pending)
+    for t in threads:
+        t.join(timeout)
+    with _pending_lock:
+        return not _pending
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1])
