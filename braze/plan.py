@@ -427,9 +427,9 @@ def _render(sched_steps: Sequence[Any], generic: bool = False) -> Rendered:
             unique[which].setdefault(body)
             step_bodies.append((which, body))
             step_sizes.append(g[1] if g else ())
-    parts = [[list(u)] for u in unique]
-    modules, step_names = _modules(parts, step_bodies)
-    parts = [[[list(u)[i] for i in unit] for unit in units.partition(list(u))] for u in unique]
+    bodies = [list(u) for u in unique]
+    modules, step_names = _modules([[b] for b in bodies], step_bodies)
+    parts = [[[b[i] for i in unit] for unit in units.partition(b)] for b in bodies]
     if all(len(p) <= 1 for p in parts):
         return modules, step_names, step_sizes, [], []
     return (modules, step_names, step_sizes, *_modules(parts, step_bodies))
