@@ -44,7 +44,7 @@ import numpy as np
 
 from . import plan as planmod
 from .layout import Layout
-from .runtime import cpu, memory
+from .runtime import cpu, memory, units
 from .stats import COUNTERS
 from .storage import Storage, strided
 from .stream import Node
@@ -70,7 +70,8 @@ class _Segment:
     storages: list[Any]
     moving: dict[int, list[_Moving]]  # node index -> its operands that move
     values: list[tuple[np.ndarray, np.ndarray, np.ndarray]]  # (private array, first value, per position)
-    #: per kernel: its function, its argument array (built once) and the arguments that
+    #: per kernel: its ``plan.CompiledKernel`` (whose function may be swapped for a faster
+    #: build: ``runtime/units.py``), its argument array (built once) and the arguments that
     #: move ((index, storage address, first offset in bytes, bytes per position))
     steps: list[tuple[Any, Any, list[tuple[int, int, int, int]]]] = field(default_factory=list)
     arena: np.ndarray | None = None  # the plan's arena, held for the capture's life
@@ -253,7 +254,7 @@ def _prepare(seg: _Segment) -> None:
                 ptrs[j] = st.address() + st.dtype.nbytes(lay.offset)
             else:
                 moving.append((j, st.address(), st.dtype.nbytes(move.offset), st.dtype.nbytes(move.delta)))
-        seg.steps.append((step.fn, ptrs, moving))
+        seg.steps.append((step, ptrs, moving))
 
 
 # One call runs a captured step: every kernel in order, after writing the pointers and
@@ -296,6 +297,8 @@ class _Driver:
         vals, kinds, v0, dv = [], [], [], []
         ptr_size = ctypes.sizeof(ctypes.c_void_p)
         self.keep: list[Any] = []  # every array the C side points into
+        self.kernels: list[Any] = []  # each call's plan.CompiledKernel
+        self.swaps = units.swaps()
         for seg in segments:
             for arr, first, step in seg.values:
                 if arr.size != 1 or arr.dtype not in _KINDS:
@@ -305,11 +308,12 @@ class _Driver:
                 v0.append(float(first.reshape(-1)[0]))
                 dv.append(float(step.reshape(-1)[0]))
                 self.keep.append(arr)
-            for (fn, ptrs, moving), step in zip(seg.steps, seg.plan.steps):
+            for (kernel, ptrs, moving), step in zip(seg.steps, seg.plan.steps):
                 errs.append(None if step.err is None else ctypes.addressof(step.err))
                 nchecks.append(0 if step.err is None else len(step.err) // 2)
                 self.checked.append((step, seg.nodes))
-                fns.append(ctypes.cast(fn, ctypes.c_void_p).value)
+                self.kernels.append(kernel)
+                fns.append(ctypes.cast(kernel.fn, ctypes.c_void_p).value)
                 argvs.append(ctypes.addressof(ptrs))
                 self.keep.append(ptrs)
                 for j, address, off, d in moving:
@@ -335,6 +339,10 @@ class _Driver:
                              "ptr", "i64", "ptr", "ptr"], ctypes.c_int64)
 
     def run(self, t: int, nthreads: int) -> None:
+        if self.swaps != units.swaps():  # kernels were swapped for their whole module's
+            self.swaps = units.swaps()
+            for i, kernel in enumerate(self.kernels):
+                self.fns[i] = ctypes.cast(kernel.fn, ctypes.c_void_p).value
         COUNTERS["kernel_launches"] += self.n
         COUNTERS["c_calls"] += 1
         failed = self.fn(self.n, self.fns, self.argvs, nthreads, self.nmov, self.slots, self.base, self.delta,

@@ -44,7 +44,7 @@ from .codegen.generic import symbolize
 from .codegen.c import kernel_source, llc_bytes, module_source
 from . import ir, plan_store
 from .errors import CompileError, IndexOutOfRange
-from .runtime import cpu, memory
+from .runtime import cpu, memory, units
 from .runtime import reference
 from .schedule import ExternStep, KernelStep, schedule
 from .stats import COUNTERS
@@ -82,8 +82,8 @@ class Plan:
 
 
 # bump when the stored schedule's shape changes (2: arena, 3: refs, 4: rendered C, 5: epilogues, 6: prologues,
-# 7: generic kernels, 8: checksummed JSON, plan_store.py)
-_PLAN_FORMAT = 8
+# 7: generic kernels, 8: checksummed JSON, plan_store.py, 9: compile units, runtime/units.py)
+_PLAN_FORMAT = 9
 _variants: dict[Any, int] = {}  # how many builds of each shape-free form compiled new kernels
 _shapes: dict[Any, int] = {}  # how many shapes of each program (its ops and dtypes) were built
 
@@ -371,7 +371,8 @@ def _build(nodes: Sequence[Any], form: Form, live: frozenset[int], key: Any, com
         if path is not None:
             plan_store.save(path, stored)
     steps, materialized, release, offsets, arena_bytes, rendered = stored
-    fresh = not all(cpu.is_cached(source, names) for source, names in rendered[0] if names)
+    fresh = not any(all(cpu.is_cached(source, names) for source, names in mods if names)
+                    for mods in (rendered[0], rendered[3]) if mods)
     if fresh and not compile_new:
         return None
     _say_slow_steps(steps, nodes)
@@ -397,18 +398,24 @@ def _say_slow_steps(steps: Sequence[Any], nodes: Sequence[Any]) -> None:
                       file=sys.stderr)
 
 
-#: the C modules (source, kernel names), and each kernel step's (module, name) and sizes
-Rendered = tuple[list[tuple[str, list[str]]], list[tuple[int, str]], list[tuple[int, ...]]]
+#: the C modules (source, kernel names) and each kernel step's (module, name); its sizes;
+#: and the same kernels as compile units with each step's (unit, name), or no units
+#: where each module is one (``runtime/units.py``)
+Modules = list[tuple[str, list[str]]]
+Rendered = tuple[Modules, list[tuple[int, str]], list[tuple[int, ...]], Modules, list[tuple[int, str]]]
 
 
 def _render(sched_steps: Sequence[Any], generic: bool = False) -> Rendered:
     """The C of a schedule's kernels, in two modules: the generic kernels (with
     ``generic``; ``codegen/generic.py``), whose text, and so compiled object, is the same
-    at every shape of the program that renders them alike, and the others. Identical kernels
-    (every layer of a model computes the same thing on other weights) are rendered, and
-    compiled, once: kernels read their buffers (and sizes) through arguments."""
-    unique: list[dict[str, str]] = [{}, {}]  # generic, specialised: body -> name
-    step_names: list[tuple[int, str]] = []
+    at every shape of the program that renders them alike, and the others; and, where
+    they split, the same kernels as compile units (``runtime/units.py``: a plan whose
+    modules are not compiled yet runs on its units, compiled in parallel, until its
+    modules are). Identical kernels (every layer of a model computes the same thing on
+    other weights) are rendered, and compiled, once: kernels read their buffers (and
+    sizes) through arguments."""
+    unique: list[dict[str, None]] = [{}, {}]  # generic, specialised: their bodies, in order
+    step_bodies: list[tuple[int, str]] = []
     step_sizes: list[tuple[int, ...]] = []
     for st in sched_steps:
         if isinstance(st, KernelStep):
@@ -417,23 +424,45 @@ def _render(sched_steps: Sequence[Any], generic: bool = False) -> Rendered:
                 which, body = 0, kernel_source(g[0], "KERNEL", len(g[1]))
             else:
                 which, body = 1, kernel_source(st.kernel, "KERNEL")
-            names = unique[which]
-            step_names.append((which, names.setdefault(body, f"braze_{'gk'[which]}{len(names)}")))
+            unique[which].setdefault(body)
+            step_bodies.append((which, body))
             step_sizes.append(g[1] if g else ())
-    # every use of the name: a quantized matmul's epilogue and prologue are functions of
-    # their own (KERNEL_ep, KERNEL_pro), so are a generic kernel's two bodies (KERNEL_s, KERNEL_p)
-    modules = [(module_source([re.sub(r"\bKERNEL(?=(_ep|_pro|_s|_p)?\b)", n, body) for body, n in u.items()])
-                if u else "", list(u.values())) for u in unique]
-    return modules, step_names, step_sizes
+    bodies = [list(u) for u in unique]
+    modules, step_names = _modules([[b] for b in bodies], step_bodies)
+    parts = [[[b[i] for i in unit] for unit in units.partition(b)] for b in bodies]
+    if all(len(p) <= 1 for p in parts):
+        return modules, step_names, step_sizes, [], []
+    return (modules, step_names, step_sizes, *_modules(parts, step_bodies))
+
+
+def _modules(parts: list[list[list[str]]], step_bodies: list[tuple[int, str]]) -> tuple[Modules, list[tuple[int, str]]]:
+    """C modules of the kernels ``parts[generic or specialised][module]`` (their bodies,
+    named KERNEL), and each kernel step's (module, name). A group without kernels is an
+    empty module, so a plan's first module is always its generic one."""
+    modules: Modules = []
+    where: dict[tuple[int, str], tuple[int, str]] = {}
+    for which, group in enumerate(parts):
+        for bodies in group:
+            names = [f"braze_{'gk'[which]}{j}" for j in range(len(bodies))]
+            # every use of the name: a quantized matmul's epilogue and prologue are functions of
+            # their own (KERNEL_ep, KERNEL_pro), so are a generic kernel's two bodies (KERNEL_s, KERNEL_p)
+            modules.append((module_source([re.sub(r"\bKERNEL(?=(_ep|_pro|_s|_p)?\b)", n, b)
+                                           for b, n in zip(bodies, names)]) if bodies else "", names))
+            where.update({(which, b): (len(modules) - 1, n) for b, n in zip(bodies, names)})
+    return modules, [where[sb] for sb in step_bodies]
 
 
 def _compile(sched_steps: Sequence[Any], rendered: Rendered) -> list[CompiledKernel | ExternStep]:
-    modules, step_names, step_sizes = rendered
+    """The plan's steps with their kernels' functions: from its modules where they are
+    compiled, else from its units (compiled now, in parallel), while the modules compile
+    in the background and are swapped in when ready (``units.later``)."""
+    modules, step_names, step_sizes, unit_modules, unit_names = rendered
+    tiered = bool(unit_modules) and not all(cpu.is_cached(src, names) for src, names in modules if names)
+    use, use_names = (unit_modules, unit_names) if tiered else (modules, step_names)
     fns: list[dict[str, Any]] = []
-    for source, names in modules:
-        lib = cpu.compile_c(source, names) if names else None
+    for (source, names), lib in zip(use, units.compile_units(use)):
         fns.append({n: lib.function(n, [ctypes.c_void_p, ctypes.c_int64]) for n in names} if lib else {})
-    named = iter(zip(step_names, step_sizes))
+    named = iter(zip(use_names, step_sizes))
     out: list[CompiledKernel | ExternStep] = []
     for s in sched_steps:
         if not isinstance(s, KernelStep):
@@ -445,6 +474,9 @@ def _compile(sched_steps: Sequence[Any], rendered: Rendered) -> list[CompiledKer
         err = (ctypes.c_int64 * (2 * len(checks)))() if checks else None
         extra = tuple(ctypes.addressof(a) for a in (held, err) if a is not None)
         out.append(CompiledKernel(s, fns[which][name], held, extra, err))
+    if tiered:
+        kernels = [k for k in out if isinstance(k, CompiledKernel)]
+        units.later(modules, [(k, m, name) for k, (m, name) in zip(kernels, step_names)])
     return out
 
 

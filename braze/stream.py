@@ -57,7 +57,7 @@ def _mark(node: Node) -> None:
 
 
 def _default_limit() -> int:
-    return int(os.environ.get("BRAZE_STREAM_LIMIT", "1024"))
+    return int(os.environ.get("BRAZE_STREAM_LIMIT", "4096"))
 
 
 class Stream:

@@ -479,6 +479,7 @@ class CompiledLibrary:
 
 
 _loaded: dict[str, CompiledLibrary] = {}
+_count_lock = threading.Lock()
 _key_locks: dict[str, threading.Lock] = {}
 _loaded_lock = threading.Lock()
 
@@ -529,7 +530,8 @@ def _source_head(source: str) -> str:
     return head + (f"\n      ... ({more} more lines)" if more > 0 else "")
 
 
-def _build(cc: list[str], flags: Sequence[str], source: str, directory: Path, so: Path, key: str) -> None:
+def _build(cc: list[str], flags: Sequence[str], source: str, directory: Path, so: Path, key: str,
+           background: bool = False) -> None:
     if _debug_level() >= 2:
         print(f"braze: compiling {so.name}:\n{source}", file=sys.stderr, flush=True)
     fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{so.stem[:16]}-", suffix=".so.tmp")
@@ -537,12 +539,15 @@ def _build(cc: list[str], flags: Sequence[str], source: str, directory: Path, so
     tmp = Path(tmp_name)
     sidecar_tmp = Path(f"{tmp_name}.sha256")
     cmd = [*cc, *flags, "-x", "c", "-", "-o", tmp_name]
+    nice = shutil.which("nice") if background else None
     try:
         try:
-            proc = subprocess.run(cmd, input=source, capture_output=True, text=True)
+            proc = subprocess.run([nice, "-n", "19", *cmd] if nice else cmd, input=source, capture_output=True,
+                                  text=True)
         except OSError as e:
             raise CompileError(f"could not run the C compiler {cc[0]}: {e}") from e
-        COUNTERS["kernels_compiled"] += 1
+        with _count_lock:  # compile units build in threads (runtime/units.py)
+            COUNTERS["kernels_compiled"] += 1
         if proc.returncode != 0:
             raise CompileError(
                 f"C compiler failed (exit {proc.returncode}): {shlex.join(cmd)}\n"
@@ -557,8 +562,10 @@ def _build(cc: list[str], flags: Sequence[str], source: str, directory: Path, so
         _remove(tmp, sidecar_tmp)
 
 
-def compile_c(source: str, symbol_names: Sequence[str], flags: Sequence[str] | None = None) -> CompiledLibrary:
-    """Compile (or fetch from the cache) ``source`` and resolve ``symbol_names`` in it.
+def compile_c(source: str, symbol_names: Sequence[str], flags: Sequence[str] | None = None, *,
+              background: bool = False) -> CompiledLibrary:
+    """Compile (or fetch from the cache) ``source`` and resolve ``symbol_names`` in it
+    (``background``: the compiler runs at nice 19, for work nobody waits on).
 
     Raises ``CompilerNotFound`` (a ``CompileError``) when there is no compiler, and
     ``CompileError`` with the compiler's output and the head of the source when the
@@ -576,7 +583,7 @@ def compile_c(source: str, symbol_names: Sequence[str], flags: Sequence[str] | N
             with _loaded_lock:
                 lib = _loaded.get(key)
             if lib is None:
-                lib = _load_or_build(cc, flags, source, key, symbol_names)
+                lib = _load_or_build(cc, flags, source, key, symbol_names, background)
                 with _loaded_lock:
                     _loaded[key] = lib
     lib._resolve(symbol_names)
@@ -594,7 +601,7 @@ def is_cached(source: str, symbol_names: Sequence[str], flags: Sequence[str] | N
 
 
 def _load_or_build(cc: list[str], flags: Sequence[str], source: str, key: str,
-                   symbols: Sequence[str]) -> CompiledLibrary:
+                   symbols: Sequence[str], background: bool = False) -> CompiledLibrary:
     directory = cache_dir()
     so = directory / f"{key}.so"
     cdll, _ = _try_load(so, key, symbols)  # fast path: a valid entry needs no lock
@@ -605,7 +612,7 @@ def _load_or_build(cc: list[str], flags: Sequence[str], source: str, key: str,
                 _warn_once(f"corrupt:{so}", f"braze: cache entry {so} is corrupt ({corrupt}): rebuilding it")
                 _remove(so, Path(f"{so}.sha256"))
             if cdll is None:
-                _build(cc, flags, tagged_source(source, symbols, key), directory, so, key)
+                _build(cc, flags, tagged_source(source, symbols, key), directory, so, key, background)
                 cdll, corrupt = _try_load(so, key, symbols)
                 if cdll is None:
                     raise CompileError(f"the freshly compiled {so} does not load: {corrupt}")
