@@ -25,6 +25,8 @@ The request mix is the same for every server: ``PROMPTS`` prompts of varied leng
 server that answers 4xx to it in the warm-up request gets requests without it (the
 report says so), and token counts then are what was actually streamed.
 
+Warm-up: after a server starts, every prompt of the mix once, one at a time, 8 tokens
+each (``--no-warm-mix`` skips it), so that per-length compiles or caches are in place.
 Measuring, per N: N clients start; the warm-up lasts until every client has had its
 first token (at most ``--warmup-max`` s: with N long prompts queued, that is N
 prefills) and ``--warmup`` seconds more; then a window of ``--duration`` seconds is
@@ -378,6 +380,20 @@ async def wait_health(base: str, proc: subprocess.Popen[bytes] | None, timeout: 
     return f"/health did not answer 200 within {timeout:.0f} s"
 
 
+def _free_port(preferred: int) -> int:
+    """``preferred`` if nothing listens there (a server already on it would answer our
+    /health), else one the system picks."""
+    import socket
+    for port in (preferred, 0):
+        with socket.socket() as sock:
+            try:
+                sock.bind((HOST, port))
+                return int(sock.getsockname()[1])
+            except OSError:
+                continue
+    raise OSError("no free port")
+
+
 def start(server: Server, fields: dict[str, Any], threads: int, workdir: Path, tag: str) -> list[str]:
     assert server.template is not None
     cmd = shlex.split(server.template.format(**fields))
@@ -410,21 +426,30 @@ def _log_tail(server: Server, lines: int = 15) -> str:
     return "\n".join(server.log.read_text(errors="replace").strip().splitlines()[-lines:])
 
 
-async def probe(base: str, model_name: str, args: argparse.Namespace, headers: dict[str, str]) -> tuple[bool, str]:
-    """One warm-up request with ``ignore_eos``; without it if the server refuses the field.
+async def probe(base: str, model_name: str, mix: list[tuple[str, int]], args: argparse.Namespace,
+                headers: dict[str, str]) -> tuple[bool, str]:
+    """Warm-up requests before any measuring: the first with ``ignore_eos`` (again without
+    it if the server refuses the field), then every prompt of the mix once, one at a
+    time, 8 tokens each (a server that compiles per prompt length does it here). Returns
     (whether ignore_eos is sent, a note)."""
     import httpx
     url = f"{base}/v1/chat/completions" if args.endpoint == "chat" else f"{base}/v1/completions"
-    prompt, _ = prompts()[0]
+    ignore, note = False, ""
     async with httpx.AsyncClient(timeout=httpx.Timeout(args.request_timeout, connect=10), headers=headers) as c:
         for ignore in (True, False):
             rec = Record(-1, time.perf_counter())
-            await stream_one(c, url, payload(args.endpoint, model_name, prompt, 16, ignore), rec)
+            await stream_one(c, url, payload(args.endpoint, model_name, mix[0][0], 8, ignore), rec)
             if rec.error is None:
-                return ignore, "" if ignore else "ignore_eos refused: lengths are what the model streamed"
+                note = "" if ignore else "ignore_eos refused: lengths are what the model streamed"
+                break
             if not (ignore and rec.error.startswith("HTTP 4")):
                 return ignore, f"warm-up request failed: {rec.error}"
-    return False, "unreachable"
+        for prompt, _ in mix[1:] if args.warm_mix else []:
+            rec = Record(-1, time.perf_counter())
+            await stream_one(c, url, payload(args.endpoint, model_name, prompt, 8, ignore), rec)
+            if rec.error is not None:
+                return ignore, f"warm-up request failed: {rec.error}"
+    return ignore, note
 
 
 async def bench_server(server: Server, model: str, threads: int, levels: list[int], mix: list[tuple[str, int]],
@@ -437,7 +462,7 @@ async def bench_server(server: Server, model: str, threads: int, levels: list[in
     for group in groups:
         base = server.url
         if server.template is not None:
-            port = args.port
+            port = _free_port(args.port)
             fields = {"python": sys.executable, "model": model, "host": HOST, "port": port, "threads": threads,
                       "max_batch": max(levels), "slot_ctx": args.slot_ctx, "parallel": group[0],
                       "ctx": group[0] * args.slot_ctx, "llama_server": args.llama_server}
@@ -456,7 +481,7 @@ async def bench_server(server: Server, model: str, threads: int, levels: list[in
             row.setdefault("startup_s", []).append(time.perf_counter() - t_start)
         assert base is not None
         try:
-            ignore_eos, note = await probe(base, model_name, args, headers)
+            ignore_eos, note = await probe(base, model_name, mix, args, headers)
             if note and note not in row["notes"]:
                 row["notes"].append(note)
             for n in group:
@@ -557,13 +582,16 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--duration", type=float, default=30, help="measured seconds per N (default 30)")
     ap.add_argument("--warmup", type=float, default=5,
                     help="seconds of load before the window, after every client's first token (default 5)")
+    ap.add_argument("--no-warm-mix", dest="warm_mix", action="store_false",
+                    help="skip the warm-up requests of every prompt once after a server starts")
     ap.add_argument("--warmup-max", type=float, default=120,
                     help="most seconds to wait for every client's first token (default 120)")
     ap.add_argument("--drain", type=float, default=2, help="seconds after the cut before KV is read again (default 2)")
     ap.add_argument("--endpoint", choices=["completions", "chat"], default="completions",
                     help="/v1/completions or /v1/chat/completions (default completions)")
     ap.add_argument("--slot-ctx", type=int, default=1024, help="context per sequence (default 1024)")
-    ap.add_argument("--port", type=int, default=18431, help="port for the servers started here (default 18431)")
+    ap.add_argument("--port", type=int, default=18431,
+                    help="port for the servers started here (default 18431; another if it is taken)")
     ap.add_argument("--api-key", help="sent as Authorization: Bearer KEY")
     ap.add_argument("--kv-metric", default="kv_blocks|kv_cache_tokens",
                     help="regex for the /metrics gauge of KV use (default 'kv_blocks|kv_cache_tokens')")

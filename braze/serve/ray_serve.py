@@ -52,7 +52,7 @@ class _ReplicaHeader:
 
 class Replica:
     """One replica's state, independent of Ray: the model, its engine and the app.
-    ``Replica(...).app`` is what Ray Serve's ingress serves (``_deployment``)."""
+    ``build_app()`` is what Ray Serve's ingress serves (``_deployment``)."""
 
     def __init__(self, model_path: str | None, embedder_path: str | None = None, max_batch: int = 8,
                  ctx: int | None = None, queue_limit: int = 256, api_key: str | None = None,
@@ -103,10 +103,11 @@ def _deployment(replicas: int, cpus_per_replica: float, threads: int | None, max
             return self.replica.build_app()
 
         async def check_health(self) -> None:
-            """Ray Serve calls this every few seconds; an exception (here: the engine's
-            thread not taking a job within 20 s) restarts the replica."""
+            """Ray Serve calls this every ``health_check_period_s``; an exception (here:
+            the engine's thread not taking a job within a minute: it runs jobs between
+            steps, and a step is well under that) restarts the replica."""
             import asyncio
-            await asyncio.wait_for(asyncio.wrap_future(self.replica.engine.run(lambda: None)), 20)
+            await asyncio.wait_for(asyncio.wrap_future(self.replica.engine.run(lambda: None)), 60)
 
         def __del__(self) -> None:
             replica = getattr(self, "replica", None)
@@ -118,7 +119,7 @@ def _deployment(replicas: int, cpus_per_replica: float, threads: int | None, max
     if env:
         options["runtime_env"] = {"env_vars": env}
     return serve.deployment(BrazeReplica, name="BrazeReplica", num_replicas=replicas, ray_actor_options=options,
-                            max_ongoing_requests=max_ongoing)
+                            max_ongoing_requests=max_ongoing, health_check_period_s=10, health_check_timeout_s=90)
 
 
 def deploy(model_path: str | Path | None = None, replicas: int = 2, *, host: str = "127.0.0.1", port: int = 8000,
