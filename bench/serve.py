@@ -35,7 +35,8 @@ closed). Only the window counts:
 
   tok/s       tokens streamed inside the window / its length (every content chunk of
               the SSE stream is one token unless the request's ``usage`` says it held
-              more: then the chunk counts are scaled to ``usage.completion_tokens``)
+              more: then the chunk counts are scaled to ``usage.completion_tokens``);
+              the JSON also has the median, min and max over the window's seconds
   TTFT        request sent -> first content chunk, for requests sent in the window
   ITL         gap between consecutive content chunks of one request, in the window
   done        requests that finished in the window; ``errors``: non-200 answers,
@@ -43,8 +44,8 @@ closed). Only the window counts:
               text of the first few is in the JSON)
   KV          the peak during the window, and the value after the cut requests have
               drained, of the server's ``/metrics`` gauge matching ``--kv-metric``
-              (braze: ``kv_blocks``: blocks in use; llama-server started with
-              ``--metrics``: ``kv_cache_tokens``); "n/a" when there is none
+              (braze: ``braze_kv_blocks_used``; llama.cpp builds that had one:
+              ``kv_cache_tokens``, in tokens; the one at /work/peer has none: "n/a")
   RSS         the server process's peak resident memory (/proc VmHWM)
 
 Percentiles are numpy's (linear), over every sample of the window. Ratios: tok/s at
@@ -87,7 +88,9 @@ HELDOUT = HERE / "data" / "heldout.txt"
 PEER_LLAMA_SERVER = Path("/work/peer/build/bin/llama-server")
 HOST = "127.0.0.1"
 
-BRAZE_CMD = "{python} -m braze.cli serve --model {model} --host {host} --port {port} --max-batch {max_batch} --ctx {slot_ctx}"
+BRAZE_CMD = (
+    "{python} -m braze.cli serve --model {model} --host {host} --port {port} --max-batch {max_batch} --ctx {slot_ctx} "
+    "--no-embeddings")
 LLAMA_CMD = ("{llama_server} -m {model} --host {host} --port {port} --parallel {parallel} -c {ctx} -t {threads} "
              "-tb {threads} --metrics --no-webui")
 
@@ -307,6 +310,7 @@ async def run_level(base: str, model_name: str, n: int, mix: list[tuple[str, int
         kv_after = await _metric(client, base, args.kv_metric)
 
     tokens = 0.0
+    buckets = [0.0] * max(1, int(args.duration))  # tokens per whole second of the window
     ttft: list[float] = []
     itl: list[float] = []
     done = errors = 0
@@ -314,6 +318,9 @@ async def run_level(base: str, model_name: str, n: int, mix: list[tuple[str, int
     for rec in records:
         tt = rec.token_times()
         tokens += sum(w for t, w in tt if w0 <= t < w1)
+        for t, w in tt:
+            if w0 <= t < w0 + len(buckets):
+                buckets[int(t - w0)] += w
         if w0 <= rec.sent < w1 and rec.chunks:
             ttft.append(rec.chunks[0] - rec.sent)
         itl.extend(b - a for a, b in zip(rec.chunks, rec.chunks[1:]) if w0 <= b < w1)
@@ -334,6 +341,7 @@ async def run_level(base: str, model_name: str, n: int, mix: list[tuple[str, int
         "all_clients_started": all_started,
         "tokens": tokens,
         "tokens_per_s": tokens / span,
+        "tokens_per_s_1s": {"median": float(np.median(buckets)), "min": min(buckets), "max": max(buckets)},
         "ttft_ms": {"p50": _pct(ttft, 50), "p99": _pct(ttft, 99), "n": len(ttft)},
         "itl_ms": {"p50": _pct(itl, 50), "p99": _pct(itl, 99), "n": len(itl)},
         "requests_done": done,
