@@ -500,8 +500,9 @@ async def bench_server(server: Server, model: str, threads: int, levels: list[in
                 lv["ignore_eos"] = ignore_eos
                 lv["rss_peak_mib"] = _rss_peak_mib(server.proc.pid if server.proc else None)
                 row["levels"].append(lv)
-                log(f"    warm-up {lv['warmup_s']:.0f} s; {lv['tokens_per_s']:.1f} tok/s, TTFT P50 {_num(lv['ttft_ms']['p50'], 0)} ms, "
-                    f"ITL P50 {_num(lv['itl_ms']['p50'], 1)} ms, {lv['requests_done']} done, {lv['errors']} errors")
+                log(f"    warm-up {lv['warmup_s']:.0f} s; {lv['tokens_per_s']:.1f} tok/s, "
+                    f"TTFT P50 {_num(lv['ttft_ms']['p50'], 0)} ms, ITL P50 {_num(lv['itl_ms']['p50'], 1)} ms, "
+                    f"{lv['requests_done']} done, {lv['errors']} errors")
         finally:
             stop(server)
     return row
@@ -585,7 +586,8 @@ def _parser() -> argparse.ArgumentParser:
                          f"else {PEER_LLAMA_SERVER})")
     ap.add_argument("--url", action="append", default=[], metavar="NAME=URL",
                     help="also measure a server already running at URL (repeatable; measured once, threads as given)")
-    ap.add_argument("--clients", default="1,2,4,8,16", help="concurrent clients N, comma-separated (default 1,2,4,8,16)")
+    ap.add_argument("--clients", default="1,2,4,8,16",
+                    help="concurrent clients N, comma-separated (default 1,2,4,8,16)")
     ap.add_argument("--threads", default="1,2", help="thread counts, comma-separated (default 1,2)")
     ap.add_argument("--duration", type=float, default=30, help="measured seconds per N (default 30)")
     ap.add_argument("--warmup", type=float, default=5,
@@ -682,7 +684,8 @@ def main(argv: list[str] | None = None) -> int:
     reference = "llama-server"
     md = (f"{Path(model).name}, {args.endpoint}, {len(mix)} prompts ({min(len(p.split()) for p, _ in mix)}-"
           f"{max(len(p.split()) for p, _ in mix)} words), max_tokens {'/'.join(map(str, MAX_TOKENS))}, temperature 0; "
-          f"warm-up to every client's first token + {args.warmup:g} s, {args.duration:g} s measured per N; CPU: {mach['cpu']}\n\n" + table(rows, reference))
+          f"warm-up to every client's first token + {args.warmup:g} s, {args.duration:g} s measured per N; "
+          f"CPU: {mach['cpu']}\n\n" + table(rows, reference))
     notes = [f"{r['server']} at {r['threads']} thread(s): {n}" for r in rows for n in r["notes"]]
     found = checks(rows, reference)
     if found:

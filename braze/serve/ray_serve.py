@@ -191,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ctx", type=int, help="context per sequence (default: the model's)")
     ap.add_argument("--threads", type=int, help="kernel threads per replica (BRAZE_NUM_THREADS)")
     ap.add_argument("--cpus-per-replica", type=float, default=1.0, help="CPUs Ray reserves per replica (default 1)")
-    ap.add_argument("--max-ongoing", type=int, help="requests Ray hands one replica at a time (default 2 x --max-batch)")
+    ap.add_argument("--max-ongoing", type=int,
+                    help="requests Ray hands one replica at a time (default 2 x --max-batch)")
     ap.add_argument("--address", help="join this Ray cluster (default: $RAY_ADDRESS, else start a local one)")
     args = ap.parse_args(argv)
     try:
