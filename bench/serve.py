@@ -17,13 +17,15 @@ N (``braze serve --max-batch 16``). Every server gets ``BRAZE_NUM_THREADS``,
 its ``-t``. ``--braze-cmd`` and ``--llama-cmd`` replace the defaults; ``--url
 NAME=URL`` measures a server someone else started (it is not stopped).
 
-The request mix is the same for every server: ``PROMPTS`` prompts of varied lengths
-(passages of bench/data/heldout.txt, 10 to about 400 tokens), each with its own
+The request mix is the same for every server: 8 prompts of varied lengths
+(``PROMPT_SPANS``: passages of bench/data/heldout.txt, 8 to 336 tokens), each with its own
 ``max_tokens`` (64, 96 or 128), temperature 0, ``stream: true`` with
 ``stream_options.include_usage``; client i sends prompts i, i+1, ... back to back.
 ``ignore_eos: true`` is sent so that lengths do not depend on where a model stops; a
 server that answers 4xx to it in the warm-up request gets requests without it (the
-report says so), and token counts then are what was actually streamed.
+report says so), and token counts then are what was actually streamed; a server that
+takes the field but ignores it shows as requests ended by "stop" (``requests_stopped``,
+and a note under the table).
 
 Warm-up: after a server starts, every prompt of the mix once, one at a time, 8 tokens
 each (``--no-warm-mix`` skips it), so that per-length compiles or caches are in place.
@@ -118,6 +120,7 @@ class Record:
     chunks: list[float] = field(default_factory=list)  # arrival of each content chunk
     usage_tokens: int | None = None
     finished: float | None = None  # None: cut at the end of the run, or failed
+    finish_reason: str | None = None
     error: str | None = None
 
     def token_times(self) -> list[tuple[float, float]]:
@@ -179,6 +182,8 @@ async def stream_one(client: Any, url: str, body: dict[str, Any], rec: Record,
                 if "error" in chunk:
                     rec.error = f"error event: {json.dumps(chunk['error'])[:300]}"
                     return
+                for choice in chunk.get("choices") or []:
+                    rec.finish_reason = choice.get("finish_reason") or rec.finish_reason
                 if _content(chunk):
                     rec.chunks.append(now)
                     if on_first is not None and len(rec.chunks) == 1:
@@ -313,7 +318,7 @@ async def run_level(base: str, model_name: str, n: int, mix: list[tuple[str, int
     buckets = [0.0] * max(1, int(args.duration))  # tokens per whole second of the window
     ttft: list[float] = []
     itl: list[float] = []
-    done = errors = 0
+    done = errors = stopped = 0
     error_texts: list[str] = []
     for rec in records:
         tt = rec.token_times()
@@ -326,6 +331,7 @@ async def run_level(base: str, model_name: str, n: int, mix: list[tuple[str, int
         itl.extend(b - a for a, b in zip(rec.chunks, rec.chunks[1:]) if w0 <= b < w1)
         if rec.finished is not None and w0 <= rec.finished < w1:
             done += 1
+            stopped += rec.finish_reason == "stop"
         if rec.error is not None:  # warm-up included: a server error is one whenever it happens
             errors += 1
             if len(error_texts) < 5:
@@ -345,6 +351,7 @@ async def run_level(base: str, model_name: str, n: int, mix: list[tuple[str, int
         "ttft_ms": {"p50": _pct(ttft, 50), "p99": _pct(ttft, 99), "n": len(ttft)},
         "itl_ms": {"p50": _pct(itl, 50), "p99": _pct(itl, 99), "n": len(itl)},
         "requests_done": done,
+        "requests_stopped": stopped,  # done with finish_reason "stop" (EOS): ignore_eos not honoured
         "requests_sent": sum(1 for r in records if w0 <= r.sent < w1),
         "errors": errors,
         "error_samples": error_texts,
@@ -435,29 +442,30 @@ def _log_tail(server: Server, lines: int = 15) -> str:
 
 
 async def probe(base: str, model_name: str, mix: list[tuple[str, int]], args: argparse.Namespace,
-                headers: dict[str, str]) -> tuple[bool, str]:
+                headers: dict[str, str]) -> tuple[bool, list[str]]:
     """Warm-up requests before any measuring: the first with ``ignore_eos`` (again without
     it if the server refuses the field), then every prompt of the mix once, one at a
-    time, 8 tokens each (a server that compiles per prompt length does it here). Returns
-    (whether ignore_eos is sent, a note)."""
+    time, 8 tokens each (a server that compiles per prompt length does it here; each may
+    take up to ``--start-timeout``). Returns (whether ignore_eos is sent, notes)."""
     import httpx
     url = f"{base}/v1/chat/completions" if args.endpoint == "chat" else f"{base}/v1/completions"
-    ignore, note = False, ""
-    async with httpx.AsyncClient(timeout=httpx.Timeout(args.request_timeout, connect=10), headers=headers) as c:
+    ignore, notes = False, []
+    async with httpx.AsyncClient(timeout=httpx.Timeout(args.start_timeout, connect=10), headers=headers) as c:
         for ignore in (True, False):
             rec = Record(-1, time.perf_counter())
             await stream_one(c, url, payload(args.endpoint, model_name, mix[0][0], 8, ignore), rec)
-            if rec.error is None:
-                note = "" if ignore else "ignore_eos refused: lengths are what the model streamed"
+            if rec.error is None or not (ignore and rec.error.startswith("HTTP 4")):
                 break
-            if not (ignore and rec.error.startswith("HTTP 4")):
-                return ignore, f"warm-up request failed: {rec.error}"
+        if not ignore:
+            notes.append("ignore_eos refused: lengths are what the model streamed")
         for prompt, _ in mix[1:] if args.warm_mix else []:
+            if rec.error is not None:
+                notes.append(f"warm-up request failed: {rec.error}")
             rec = Record(-1, time.perf_counter())
             await stream_one(c, url, payload(args.endpoint, model_name, prompt, 8, ignore), rec)
-            if rec.error is not None:
-                return ignore, f"warm-up request failed: {rec.error}"
-    return ignore, note
+        if rec.error is not None:
+            notes.append(f"warm-up request failed: {rec.error}")
+    return ignore, notes
 
 
 async def bench_server(server: Server, model: str, threads: int, levels: list[int], mix: list[tuple[str, int]],
@@ -489,15 +497,18 @@ async def bench_server(server: Server, model: str, threads: int, levels: list[in
             row.setdefault("startup_s", []).append(time.perf_counter() - t_start)
         assert base is not None
         try:
-            ignore_eos, note = await probe(base, model_name, mix, args, headers)
-            if note and note not in row["notes"]:
-                row["notes"].append(note)
+            ignore_eos, notes = await probe(base, model_name, mix, args, headers)
+            row["notes"] += [n for n in notes if n not in row["notes"]]
             for n in group:
                 log(f"  {server.name}, {threads} thread(s), {n} client(s): warm-up (every client's first token, "
                     f"then {args.warmup:g} s) + {args.duration:g} s ...")
                 lv = await run_level(base, model_name, n, mix, args, ignore_eos, headers,
                                      server.proc.pid if server.proc else None)
                 lv["ignore_eos"] = ignore_eos
+                if ignore_eos and lv["requests_stopped"]:
+                    note = "ignore_eos sent but not honoured: some requests ended at EOS (tokens counted as streamed)"
+                    if note not in row["notes"]:
+                        row["notes"].append(note)
                 lv["rss_peak_mib"] = _rss_peak_mib(server.proc.pid if server.proc else None)
                 row["levels"].append(lv)
                 log(f"    warm-up {lv['warmup_s']:.0f} s; {lv['tokens_per_s']:.1f} tok/s, "
@@ -605,7 +616,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--api-key", help="sent as Authorization: Bearer KEY")
     ap.add_argument("--kv-metric", default="kv_blocks|kv_cache_tokens",
                     help="regex for the /metrics gauge of KV use (default 'kv_blocks|kv_cache_tokens')")
-    ap.add_argument("--start-timeout", type=float, default=300, help="seconds for a server to answer /health")
+    ap.add_argument("--start-timeout", type=float, default=300,
+                    help="seconds for a server to answer /health, and for each warm-up request (default 300)")
     ap.add_argument("--request-timeout", type=float, default=120, help="seconds for one request")
     ap.add_argument("--json", default=str(HERE / "out" / "serve.json"), help="results (default bench/out/serve.json)")
     ap.add_argument("--logs", help="keep the servers' output in this directory (default: a temporary one, removed)")
