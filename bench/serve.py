@@ -583,6 +583,25 @@ def checks(rows: list[dict[str, Any]], reference: str) -> list[str]:
     return out
 
 
+def run_all(servers: list[Server], model: str, threads: list[int], levels: list[int], mix: list[tuple[str, int]],
+            args: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
+    """Every server at every thread count; each server stopped after its turn, also on
+    an error or an interrupt."""
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="braze-bench-serve-") as tmp:
+        workdir = Path(args.logs or tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        for t in threads:
+            for server in servers:
+                if server.url is not None and t != threads[0]:
+                    continue  # a server started elsewhere has the threads it has
+                try:
+                    rows.append(asyncio.run(bench_server(server, model, t, levels, mix, args, workdir, log)))
+                finally:
+                    stop(server)
+    return rows
+
+
 # --------------------------------------------------------------------------- entry point
 
 def _parser() -> argparse.ArgumentParser:
@@ -679,19 +698,14 @@ def main(argv: list[str] | None = None) -> int:
         f"braze {mach.get('commit') or '(no git)'}")
     mix = prompts()
     t_start = time.perf_counter()
-    rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="braze-bench-serve-") as tmp:
-        if args.logs:
-            tmp = args.logs
-            Path(tmp).mkdir(parents=True, exist_ok=True)
-        for t in threads:
-            for server in servers:
-                if server.url is not None and t != threads[0]:
-                    continue  # a server started elsewhere has the threads it has
-                try:
-                    rows.append(asyncio.run(bench_server(server, model, t, levels, mix, args, Path(tmp), log)))
-                finally:
-                    stop(server)
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)  # so that the servers started here are stopped on the way out
+    old_handler = signal.signal(signal.SIGTERM, terminate)
+    try:
+        rows = run_all(servers, model, threads, levels, mix, args, log)
+    finally:
+        signal.signal(signal.SIGTERM, old_handler)
 
     reference = "llama-server"
     md = (f"{Path(model).name}, {args.endpoint}, {len(mix)} prompts ({min(len(p.split()) for p, _ in mix)}-"
