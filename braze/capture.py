@@ -261,10 +261,10 @@ def _prepare(seg: _Segment) -> None:
 _DRIVER = r"""
 #include <stdint.h>
 typedef void (*braze_kernel)(void **args, int64_t nthreads);
-void braze_replay(int64_t n, braze_kernel *fns, void ***argvs, int64_t nthreads,
-                  int64_t nmov, void **slots[], const int64_t *base, const int64_t *delta,
-                  int64_t nval, void *const *vals, const int64_t *kind, const double *v0, const double *dv,
-                  int64_t t) {
+int64_t braze_replay(int64_t n, braze_kernel *fns, void ***argvs, int64_t nthreads,
+                     int64_t nmov, void **slots[], const int64_t *base, const int64_t *delta,
+                     int64_t nval, void *const *vals, const int64_t *kind, const double *v0, const double *dv,
+                     int64_t t, int64_t *const *errs, const int64_t *nchecks) {
     for (int64_t i = 0; i < nval; i++) {
         double v = v0[i] + dv[i] * (double)t;
         switch (kind[i]) {
@@ -275,7 +275,12 @@ void braze_replay(int64_t n, braze_kernel *fns, void ***argvs, int64_t nthreads,
         }
     }
     for (int64_t i = 0; i < nmov; i++) *slots[i] = (void *)(intptr_t)(base[i] + delta[i] * t);
-    for (int64_t i = 0; i < n; i++) fns[i](argvs[i], nthreads);
+    for (int64_t i = 0; i < n; i++) {
+        fns[i](argvs[i], nthreads);
+        /* a gather's or scatter's index out of range: stop, the caller raises */
+        if (errs[i]) for (int64_t c = 0; c < nchecks[i]; c++) if (errs[i][2 * c]) return i + 1;
+    }
+    return 0;
 }
 """
 _KINDS = {np.dtype(np.int64): 0, np.dtype(np.int32): 1, np.dtype(np.float32): 2, np.dtype(np.float64): 3}
@@ -286,6 +291,8 @@ class _Driver:
 
     def __init__(self, segments: list[_Segment]) -> None:
         fns, argvs, slots, base, delta = [], [], [], [], []
+        errs, nchecks = [], []
+        self.checked: list[tuple[Any, list[Node]]] = []  # per kernel: its compiled step and its segment's nodes
         vals, kinds, v0, dv = [], [], [], []
         ptr_size = ctypes.sizeof(ctypes.c_void_p)
         self.keep: list[Any] = []  # every array the C side points into
@@ -298,7 +305,10 @@ class _Driver:
                 v0.append(float(first.reshape(-1)[0]))
                 dv.append(float(step.reshape(-1)[0]))
                 self.keep.append(arr)
-            for fn, ptrs, moving in seg.steps:
+            for (fn, ptrs, moving), step in zip(seg.steps, seg.plan.steps):
+                errs.append(None if step.err is None else ctypes.addressof(step.err))
+                nchecks.append(0 if step.err is None else len(step.err) // 2)
+                self.checked.append((step, seg.nodes))
                 fns.append(ctypes.cast(fn, ctypes.c_void_p).value)
                 argvs.append(ctypes.addressof(ptrs))
                 self.keep.append(ptrs)
@@ -318,12 +328,17 @@ class _Driver:
         self.v0 = (ctypes.c_double * max(1, len(v0)))(*v0)
         self.dv = (ctypes.c_double * max(1, len(dv)))(*dv)
         self.nval = len(vals)
+        self.errs = c_ptrs(*errs)
+        self.nchecks = (ctypes.c_int64 * max(1, len(nchecks)))(*nchecks)
         self.fn = cpu.compile_c(_DRIVER, ["braze_replay"]).function(
             "braze_replay", ["ptr", "ptr", "ptr", "i64", "i64", "ptr", "ptr", "ptr", "i64", "ptr", "ptr", "ptr",
-                             "ptr", "i64"])
+                             "ptr", "i64", "ptr", "ptr"], ctypes.c_int64)
 
     def run(self, t: int, nthreads: int) -> None:
         COUNTERS["kernel_launches"] += self.n
         COUNTERS["c_calls"] += 1
-        self.fn(self.n, self.fns, self.argvs, nthreads, self.nmov, self.slots, self.base, self.delta,
-                self.nval, self.vals, self.kinds, self.v0, self.dv, t)
+        failed = self.fn(self.n, self.fns, self.argvs, nthreads, self.nmov, self.slots, self.base, self.delta,
+                         self.nval, self.vals, self.kinds, self.v0, self.dv, t, self.errs, self.nchecks)
+        if failed:  # the kernels after it did not run; a scatter that failed stored nothing
+            step, nodes = self.checked[failed - 1]
+            raise planmod.index_error(step, nodes)[1]

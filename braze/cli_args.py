@@ -56,3 +56,12 @@ top_k = integer(0, MAX_TOKENS)
 top_p = real(0.0, 1.0, lo_open=True)
 repeat_penalty = real(0.0, 1e6, lo_open=True)
 seed = integer(0, 2**63 - 1)
+port = integer(0, 65535)
+queue_limit = integer(1, 1 << 20)
+
+
+def api_key(value: str) -> str:
+    """An API key: printable ASCII without spaces (it travels in an HTTP header)."""
+    if not value or not all(33 <= ord(c) <= 126 for c in value):
+        raise argparse.ArgumentTypeError("an API key must be non-empty printable ASCII without spaces")
+    return value

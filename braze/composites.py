@@ -2,9 +2,9 @@
 ``baddbmm``, ``flip``, ``roll``, ``repeat_interleave``, ``index_copy``, ``norm``,
 ``type_as`` and the ``new_*`` constructors, in-place unaries (``rsqrt_``), ``finfo``.
 
-Nothing here records an op of its own: each is the views, element-wise ops,
-reductions and matmuls a user would write by hand, so the fusion compiler sees (and
-fuses) exactly that. The list at the bottom attaches the method forms to ``Tensor``."""
+Nothing here records an op of its own (but ``index_copy_``, a scatter): each is the
+views, element-wise ops, reductions and matmuls a user would write by hand, so the
+fusion compiler sees (and fuses) exactly that. The list at the bottom attaches the method forms to ``Tensor``."""
 
 from __future__ import annotations
 
@@ -212,12 +212,8 @@ def vstack(tensors: Sequence[Tensor]) -> Tensor:
 
 # -- writes by index -----------------------------------------------------------------------
 
-@_atomic
-def index_copy(input: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
-    """``out[..., index[i], ...] = source[..., i, ...]`` along ``dim``, the rest of
-    ``input`` kept. Written as a match of each position against the indices (no data
-    read, so it fuses and a position that moves replays one plan); as in PyTorch,
-    which of several equal indices wins is unspecified (here: their sum)."""
+def _index_copy_args(input: Tensor, dim: int, index: Tensor, source: Tensor) -> tuple[int, Tensor]:
+    """``index_copy``'s checks: its dim, and its index flattened to 1-d."""
     d = normalize_dim("index_copy", dim, input.ndim)
     if index.ndim > 1 or not index.dtype.is_integer:
         raise DtypeMismatch("index_copy", [index.dtype], "index must be a 0-d or 1-d integer tensor")
@@ -226,8 +222,19 @@ def index_copy(input: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor
     want = input.shape[:d] + (m,) + input.shape[d + 1:]
     if source.shape != want and not (input.ndim == 0 and source.numel() == m):
         raise ShapeMismatch("index_copy", [input.shape, index.shape, source.shape], f"source must have shape {want}")
-    n = input.shape[d]
-    _check_index_values("index_copy", idx, n, d)
+    _check_index_values("index_copy", idx, input.shape[d], d)
+    return d, idx
+
+
+@_atomic
+def index_copy(input: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
+    """``out[..., index[i], ...] = source[..., i, ...]`` along ``dim``, the rest of
+    ``input`` kept. Written as a match of each position against the indices (no data
+    read, so it fuses and a position that moves replays one plan); as in PyTorch,
+    which of several equal indices wins is unspecified (here: their sum). The in-place
+    ``index_copy_`` is a scatter instead (``index_copy_rows``)."""
+    d, idx = _index_copy_args(input, dim, index, source)
+    m, n = idx.shape[0], input.shape[d]
     # hit[p, i]: position p of dim d takes source row i; laid along (.., n, m, ..)
     hit = arange(n, dtype=idx.dtype).unsqueeze(1) == idx.unsqueeze(0)
     hit = hit.reshape((n, m) + (1,) * (input.ndim - d - 1))
@@ -236,8 +243,33 @@ def index_copy(input: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor
     return where(hit.any(1), picked, input)
 
 
+def index_copy_rows(target: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
+    """``target.index_copy_(dim, index, source)``: the ``index_copy`` op, a write into
+    ``target``'s storage that the fusion compiler makes a scatter (one kernel over the
+    source's elements, each stored at its checked row: O(source), not O(target); a
+    paged KV cache's write). Which of equal indices wins is unspecified, as in PyTorch."""
+    from .node import Node, Operand
+    from .ops.registry import REGISTRY
+    from .stream import stream_of
+    from .tensor import _check_writable, _same_device
+    _check_writable("index_copy_", target)
+    _same_device("index_copy_", [target, index, source])
+    with stream_of(target.device).atomic():
+        d, idx = _index_copy_args(target, dim, index, source)
+        if target.ndim == 0:  # one element: nothing to scatter
+            return target.copy_(index_copy(target, dim, index, source))
+        if idx.dtype not in (dt.int64, dt.int32):
+            idx = idx.to(dt.int64)
+        if source.dtype is not target.dtype:
+            source = source.to(target.dtype)
+        node = Node(REGISTRY["index_copy"], tuple(Operand(t._storage, t._layout) for t in (target, idx, source)),
+                    (Operand(target._storage, target._layout),), {"dim": d})
+        stream_of(target.device).record(node)
+    return target
+
+
 def _index_copy_(self: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
-    return self._inplace("index_copy_", lambda: index_copy(self, dim, index, source))
+    return index_copy_rows(self, dim, index, source)
 
 
 # -- reductions and clamps -------------------------------------------------------------------

@@ -135,7 +135,7 @@ class DecodeStep:
         self.ids[0, 0] = token
         cap = self.capture
         if cap is not None and cap.ready and fusion_enabled():  # BRAZE_FUSION=0 means no compiled code
-            _before_replay(self.model, [token])
+            before_replay(self.model, [token])
             pos = self.caches[0].length
             if pos >= self.caches[0].max_len:  # the replay writes the cache unchecked
                 raise ShapeMismatch("KVCache.append", [(1,)], f"context full: {pos} + 1 > {self.caches[0].max_len} positions")
@@ -148,7 +148,7 @@ class DecodeStep:
         return self.model(self.ids_t, self.caches)[0, -1].numpy()
 
 
-def _before_replay(model: Any, tokens: Sequence[int]) -> None:
+def before_replay(model: Any, tokens: Sequence[int]) -> None:
     """What a captured step needs before it runs (or is watched): its token ids in the
     vocabulary (a replay reads embedding rows unchecked), and the recorded work not run
     yet (the caches' zeros, a prefill nobody read) run first, outside the step."""
@@ -217,7 +217,7 @@ class PrefillStep:
             ids, at = np.zeros((1, b), np.int64), np.zeros(1, np.int64)
             k = self.buckets[b] = _Bucket(ids, from_numpy(ids), at, from_numpy(at),
                                           StepCapture(static=True) if self.capture else None)
-        _before_replay(self.model, prompt_ids)
+        before_replay(self.model, prompt_ids)
         k.ids[0, :n] = prompt_ids
         k.ids[0, n:] = 0
         k.at[0] = n - 1

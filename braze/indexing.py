@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes as dt
+from .composites import index_copy_rows
 from .creation import tensor
 from .errors import DimOutOfRange, DtypeMismatch, IndexOutOfRange, ShapeMismatch, Unsupported
 from .functions import index_select, where
@@ -159,16 +160,32 @@ def _setitem_advanced(x: Tensor, items: tuple[Any, ...], value: Any) -> None:
             raise Unsupported("__setitem__", "only x[bool_mask] = v, x[int_index_1d] = v and basic indexing are supported")
         if x.ndim == 0:
             raise DimOutOfRange("__setitem__", 0, 0, "a 0-d tensor cannot be indexed by a tensor")
-        n = x.shape[0]
-        vals = idx.numpy().astype(np.int64)
-        if vals.size and (vals.min() < -n or vals.max() >= n):
-            raise IndexOutOfRange("__setitem__", int(vals.min() if vals.min() < -n else vals.max()), n, 0)
-        rows = [(int(r),) for r in (vals % _b.max(n, 1)).tolist()]
-        depth = 1
+        _setitem_rows(x, idx, value)
+        return
     if isinstance(value, Tensor):
         value = _broadcast_to("__setitem__", value, (len(rows),) + x.shape[depth:])
     for k, row in enumerate(rows):
         x[row].copy_(value[k] if isinstance(value, Tensor) else value)
+
+
+def _setitem_rows(x: Tensor, idx: Tensor, value: Any) -> None:
+    """``x[idx] = value`` for a 1-d integer ``idx``: a scatter (``index_copy_``), which
+    reads the index when it runs, so new values written into ``idx`` replay one plan.
+    Negative indices count from the end, as in PyTorch: known ones are wrapped now,
+    pending ones on the stream."""
+    n = x.shape[0]
+    if idx._storage.realized and not idx._storage.producer and idx.numel():
+        vals = idx.numpy()
+        if vals.min() < -n or vals.max() >= n:
+            raise IndexOutOfRange("__setitem__", int(vals.min() if vals.min() < -n else vals.max()), n, 0)
+        if vals.min() < 0:
+            idx = tensor((vals % n).astype(np.int64))
+    elif idx.numel():
+        idx = where(idx < 0, idx + n, idx)
+    if not isinstance(value, Tensor):
+        value = _scalar_to("__setitem__", value, x.dtype)
+    value = _broadcast_to("__setitem__", value, idx.shape + x.shape[1:])
+    index_copy_rows(x, 0, idx, value)
 
 
 setattr(Tensor, "__getitem__", _getitem)

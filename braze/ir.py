@@ -235,6 +235,11 @@ class Store:
     arg: int
     index: Affine
     expr: Expr
+    #: ``(i, stride)``: data-dependent terms added to the index (a scatter's: ``index_copy_``,
+    #: ``x[idx] = v``), as ``Load.at``'s; each ``i`` a ``checked`` Op. Where an index is
+    #: outside its dim the element is not stored (the kernel checks every row's index before
+    #: it stores anything, so a bad one stores nothing: ``codegen/scatter.py``)
+    at: tuple[tuple["Expr", int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -271,8 +276,8 @@ def walk(e: Expr) -> Any:
         for i, _ in e.at:
             yield from walk(i)
     elif isinstance(e, Dot):
-        yield e.a
-        yield e.b
+        yield from walk(e.a)
+        yield from walk(e.b)
     yield e
 
 
@@ -307,19 +312,32 @@ def numbered_checks(stages: list[Stage]) -> tuple[list[Stage], tuple[tuple[int, 
                 attrs["check"] = table.index(entry)
             return Op(e.name, args, e.dtype, tuple(attrs.items()))
         if isinstance(e, Load) and e.at:
-            return Load(e.arg, e.index, e.dtype, e.when, tuple((op(i), s) for i, s in e.at))
+            return load(e)
+        if isinstance(e, Dot) and (e.a.at or e.b.at):  # a chain's keys read through a block table
+            return replace(e, a=load(e.a), b=load(e.b))
         return e
+
+    def load(e: Load) -> Load:
+        return Load(e.arg, e.index, e.dtype, e.when, tuple((op(i), s) for i, s in e.at))
+
+    def stage(st: Stage) -> Stage:
+        if isinstance(st, Store) and st.at:
+            return replace(st, expr=op(st.expr), at=tuple((op(i), s) for i, s in st.at))
+        if isinstance(st, Contract):
+            return replace(st, weight=op(st.weight), v=load(st.v))
+        return replace(st, expr=op(st.expr)) if isinstance(st, (Reduce, Scan, Store, StoreRow)) else st
 
     if not any(isinstance(n, Op) and n.name == "checked" for st in stages for x in stage_exprs(st) for n in walk(x)):
         return stages, ()
-    out = [replace(st, expr=op(st.expr)) if isinstance(st, (Reduce, Scan, Store, StoreRow)) else st for st in stages]
-    return out, tuple(table)
+    return [stage(st) for st in stages], tuple(table)
 
 
 def stage_exprs(s: Stage) -> list[Expr]:
     """The expressions a stage evaluates (for walks over a whole kernel)."""
     if isinstance(s, Contract):
         return [s.weight, s.v, s.post]
+    if isinstance(s, Store) and s.at:
+        return [s.expr, *(i for i, _ in s.at)]
     return [s.expr]
 
 
@@ -349,11 +367,18 @@ def pinned_coords(k: "Kernel") -> set[int]:
 
 
 def scans_or_gathers(k: "Kernel") -> bool:
-    """Does the kernel scan a row or gather at data-dependent indices? (Its loops are
-    then left as they are: a scan keeps its row, even of one element; a gather's index
-    terms are not rewritten.)"""
-    return any(isinstance(st, Scan) for st in k.stages) \
+    """Does the kernel scan a row, or gather or scatter at data-dependent indices? (Its
+    loops are then left as they are: a scan keeps its row, even of one element; a
+    gather's or scatter's index terms are not rewritten.)"""
+    return any(isinstance(st, Scan) or isinstance(st, Store) and st.at for st in k.stages) \
         or any(isinstance(n, Load) and n.at for st in k.stages for e in stage_exprs(st) for n in walk(e))
+
+
+def load_uses(x: Load, c: int) -> bool:
+    """Does the load's position move with coordinate ``c`` (through its index, or its
+    data-dependent terms: a gather's index read at ``c``)?"""
+    return x.index.uses(c) or any(isinstance(n, Coord) and n.dim == c or isinstance(n, Load) and n.index.uses(c)
+                                  for i, _ in x.at for n in walk(i))
 
 
 def uses_inner(e: Expr, n_outer: int) -> bool:

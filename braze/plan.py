@@ -603,18 +603,24 @@ def _index_error(step: CompiledKernel, nodes: Sequence[Any]) -> None:
     """A kernel's gather met an index outside its dim (and read at 0 instead): as the
     reference would have, raise at the first such node, having computed what was
     recorded before it; what the kernel stored for it and the nodes after is lost."""
-    k = step.step.kernel
-    assert isinstance(k, ir.Kernel)
-    bad = [(node, op, dim, int(step.err[2 * c + 1])) for c, (node, op, dim) in enumerate(k.checks) if step.err[2 * c]]
-    ctypes.memset(step.err, 0, ctypes.sizeof(step.err))
-    node, op, dim, value = min(bad)
-    size = nodes[node].inputs[0].layout.shape[dim]
+    node, error = index_error(step, nodes)
     for n in step.step.nodes:
-        if n >= node:
+        if n >= node and not nodes[n].op.inplace:  # (a scatter's target: its kernel stored nothing)
             for o in nodes[n].outputs:
                 o.storage.array = None
     _finish_before(nodes, node)
-    raise IndexOutOfRange(op, value, size, dim)
+    raise error
+
+
+def index_error(step: CompiledKernel, nodes: Sequence[Any]) -> tuple[int, IndexOutOfRange]:
+    """The first node whose index check failed in ``step`` (its ``err`` slots, which
+    are cleared) and the error the reference raises there."""
+    k = step.step.kernel
+    assert isinstance(k, ir.Kernel) and step.err is not None
+    bad = [(node, op, dim, int(step.err[2 * c + 1])) for c, (node, op, dim) in enumerate(k.checks) if step.err[2 * c]]
+    ctypes.memset(step.err, 0, ctypes.sizeof(step.err))
+    node, op, dim, value = min(bad)
+    return node, IndexOutOfRange(op, value, nodes[node].inputs[0].layout.shape[dim], dim)
 
 
 def operand(node: Any, j: int) -> Any:

@@ -304,8 +304,9 @@ class Renderer:
         """The value of ``e`` as stored into a buffer of dtype ``d``."""
         return converted(self.expr(e), e.dtype, d)
 
-    def store(self, arg: int, a: ir.Affine, e: ir.Expr, d: DType) -> str:
-        return f"a{arg}[{self.index(a)}] = {self.stored(e, d)};"
+    def store(self, arg: int, a: ir.Affine, e: ir.Expr, d: DType, at: tuple[tuple[ir.Expr, int], ...] = ()) -> str:
+        index = " + ".join([self.index(a)] + [f"{self.expr(i)} * {s}" for i, s in at])  # a scatter's rows
+        return f"a{arg}[{index}] = {self.stored(e, d)};"
 
     def take(self) -> list[str]:
         """The temporaries defined so far (to emit before the statements using them)."""
@@ -640,7 +641,7 @@ def _may_stream(k: ir.Kernel) -> bool:
     """Could this kernel's stores stream (every store contiguous along the innermost
     loop, no written argument read)? Whether they should is a matter of size."""
     stores = [s for s in k.stages if isinstance(s, ir.Store)]
-    if not stores or not k.inner or any(s.index.coeffs[-1] != 1 for s in stores) \
+    if not stores or not k.inner or any(s.index.coeffs[-1] != 1 or s.at for s in stores) \
             or any(isinstance(s, ir.Scan) for s in k.stages):
         return False
     for st in k.stages:
@@ -657,6 +658,8 @@ CHAIN_RENDERER: Callable[[ir.Kernel, list[str], dict[ir.Expr, str]], str] | None
 #: when it scans (``codegen/scan.py``), registered as chain.py's is.
 TOPK_RENDERER: Callable[[ir.TopK, str, int], str] | None = None
 SCAN_RENDERER: Callable[[ir.Kernel, list[str], int, dict[ir.Expr, str]], list[str]] | None = None
+#: A scattering kernel's check of every row's index before it stores (``codegen/scatter.py``).
+SCATTER_PREPASS: Callable[[ir.Kernel, dict[ir.Expr, str]], list[str]] | None = None
 
 
 def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows | ir.TopK, name: str, sizes: int = 0,
@@ -691,6 +694,8 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows | ir.TopK, name: str, siz
         return CHAIN_RENDERER(k, lines, hoisted)
     if _column_reduction(k):
         return _column_source(k, lines, hoisted)
+    assert SCATTER_PREPASS is not None, "braze.codegen.scatter registers its renderer when imported"
+    lines += SCATTER_PREPASS(k, hoisted)
     total = rows * max(row_len, 1)
     parallel = f"num_threads(nthreads) if(nthreads > 1 && {total} > 32768)"
     # Not when the last pass stashes values in the output: that wrote its lines into
@@ -717,14 +722,7 @@ def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, str
     coords = [f"o{i}" for i in range(n_out)] + [f"i{i}" for i in range(n_in)]
     passes = _passes(k)
     stash = _stashes(k, passes)
-    lines = []
-    rest = "row"
-    for i in range(n_out - 1, -1, -1):
-        size = k.outer[i]
-        lines.append(f"{body_indent}const int64_t o{i} = {rest} % {size};")
-        if i:
-            lines.append(f"{body_indent}const int64_t q{i} = {rest} / {size};")
-            rest = f"q{i}"
+    lines = row_coords(k.outer, body_indent)
 
     def inner_loop(body: list[str], reduction: str = "") -> list[str]:
         if not k.inner:
@@ -782,9 +780,21 @@ def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, str
     if any(isinstance(s, ir.Scan) for s in k.stages):  # a prefix fold: codegen/scan.py
         assert SCAN_RENDERER is not None, "braze.codegen.scan registers the scan renderer when imported"
         return lines + [body_indent + t for t in SCAN_RENDERER(k, coords, n_out, elem.hoisted)]
-    stores = [elem.store(s.arg, s.index, s.expr, k.args[s.arg][0]) for s in k.stages if isinstance(s, ir.Store)]
+    stores = [elem.store(s.arg, s.index, s.expr, k.args[s.arg][0], s.at) for s in k.stages if isinstance(s, ir.Store)]
     if stores:
         lines += inner_loop(elem.take() + stores)
+    return lines
+
+
+def row_coords(outer: tuple[int, ...], indent: str) -> list[str]:
+    """The outer coordinates ``o{i}`` of row ``row``."""
+    lines = []
+    rest = "row"
+    for i in range(len(outer) - 1, -1, -1):
+        lines.append(f"{indent}const int64_t o{i} = {rest} % {outer[i]};")
+        if i:
+            lines.append(f"{indent}const int64_t q{i} = {rest} / {outer[i]};")
+            rest = f"q{i}"
     return lines
 
 

@@ -201,9 +201,30 @@ def _rows_in_place(v: ir.Load, n_outer: int) -> int | None:
     """The row stride of the contraction's right operand when it can be read where it
     is (float32 rows contiguous along the head dim): its tiles then need no packed copy."""
     c = v.index.coeffs
-    if v.dtype is not dt.float32 or v.when or c[n_outer + 1] != 1:
-        return None
+    if v.dtype is not dt.float32 or v.when or v.at or v.index.divs or c[n_outer + 1] != 1:
+        return None  # (rows through a block table are packed: they lie in blocks, not a stride apart)
     return c[n_outer]
+
+
+def _paged_rows(v: ir.Load, n_outer: int) -> tuple[int, int] | None:
+    """(row stride, block size) of a key or value operand read through a block table
+    whose rows are float32, contiguous along the head dim and a stride apart within a
+    block (``kp.view(blocks, bs, h, d)[table]``): a narrow task then reads each block's
+    rows where they lie, a GEMM call per block, instead of packing the tile."""
+    c = v.index.coeffs
+    if v.dtype is not dt.float32 or v.when or len(v.at) != 1 or c[n_outer + 1] != 1:
+        return None
+    divs = list(v.index.divs)
+    for n in ir.walk(v.at[0][0]):
+        if isinstance(n, ir.Coord) and n.dim == n_outer or isinstance(n, ir.Load) and n.index.coeffs[n_outer]:
+            return None
+        if isinstance(n, ir.Load):
+            divs += n.index.divs
+    row = [(add, dv) for cc, add, dv, _ in divs if cc == n_outer]
+    if not row or any(cc == n_outer + 1 for cc, _, _, _ in divs):
+        return None
+    bs = min(dv for _, dv in row)
+    return (c[n_outer], bs) if all(add == 0 and dv % bs == 0 for add, dv in row) else None
 
 
 def _row_parts(r: Renderer, e: ir.Expr, t: ir.Var) -> list[str]:
@@ -231,7 +252,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     # value tiles do not depend on (query heads sharing a KV head), so each packed tile
     # serves all of them.
     nr = 1
-    while nr < n_outer and not dot.b.index.uses(n_outer - 1 - nr) and not contract.v.index.uses(n_outer - 1 - nr):
+    while nr < n_outer and not ir.load_uses(dot.b, n_outer - 1 - nr) and not ir.load_uses(contract.v, n_outer - 1 - nr):
         nr += 1
     row_dims = list(range(n_outer - nr, n_outer))
     rows_per_batch = prod(k.outer[n_outer - nr:])
@@ -258,6 +279,10 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     narrow = rows_per_batch <= NARROW and d % 8 == 0
     k_rows, k_ld = (k_at, ldk) if ldk is not None else ("kt", d)
     v_at = f"a{contract.v.arg} + " + Renderer([f"o{i}" for i in range(n_outer)] + ["j0", "0"]).index(contract.v.index)
+    # keys and values through a block table, read in place block by block (narrow tasks)
+    paged_rows = _paged_rows(dot.b, n_outer)
+    paged_k = paged_rows if narrow else None
+    paged_v = _paged_rows(contract.v, n_outer) if narrow else None
 
     names = iter(range(1 << 30))
 
@@ -266,7 +291,19 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         return Renderer(coords, prefix=f"t{next(names)}_", acc=acc, n_outer=n_outer, hoisted=hoisted)
 
     def load(x: ir.Load) -> str:
-        return Renderer(dcoords, hoisted=hoisted).load(x.arg, x.index, x.dtype)
+        """An element of a key or value tile, ``i0`` and ``dd`` in scope (and the row's
+        block offset, ``row_at``, for keys and values read through a block table)."""
+        at = tuple((ir.Var(f"at{x.arg}_{j}", dt.int64), s) for j, (_, s) in enumerate(x.at))
+        return Renderer(dcoords, hoisted=hoisted).load(x.arg, x.index, x.dtype, (), at)
+
+    def row_at(x: ir.Load, ind: str = "    ") -> list[str]:
+        """The data-dependent offsets of key or value row ``i0`` read through a block
+        table (``Load.at``: the table entry, checked), once per row of the tile."""
+        if not x.at:
+            return []
+        r = R()
+        names = [r.expr(i) for i, _ in x.at]
+        return [ind + t for t in r.take()] + [f"{ind}const int64_t at{x.arg}_{j} = {v};" for j, v in enumerate(names)]
 
     def row_coords(ind: str) -> list[str]:
         """The row coordinates of row ``ii`` of the block."""
@@ -351,7 +388,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
             res += ["    if (skip) {",
                     "        uint32_t bbits = 0;",
                     "        for (int64_t jj = 0; jj < nk; jj++) {",
-                    "            const int64_t i0 = j0 + jj;",
+                    "            const int64_t i0 = j0 + jj;", *row_at(dot.b, "            "),
                     "            #pragma omp simd reduction(max:bbits)",
                     f"            for (int64_t dd = 0; dd < {d}; dd++) {{",
                     f"                const uint32_t u = braze__f2u({load(dot.b)}) & 0x7fffffffu;",
@@ -386,7 +423,14 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         checks.append(f"{rr.expr(contract.weight)} != 0.0f")
         res += ["        " + t for t in rr.take()]
         res.append(f"        if ({' || '.join(checks)}) skip = 0;")
-        res += ["    }", "    if (skip) continue;"]
+        res += ["    }"]
+        if dot.b.at or contract.v.at:
+            # a skipped tile's rows through a block table are still checked (as the
+            # reference checks every entry), their keys and values not read
+            res += ["    if (skip) for (int64_t jj = 0; jj < nk; jj++) {", "        const int64_t i0 = j0 + jj;",
+                    *row_at(dot.b, "        "), *row_at(contract.v, "        "),
+                    *(f"        (void)at{x.arg}_{j};" for x in (dot.b, contract.v) for j in range(len(x.at))), "    }"]
+        res += ["    if (skip) continue;"]
         return res
 
     def scale_rows(ind: str) -> list[str]:
@@ -405,10 +449,25 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         return res
 
 
+    def blockwise(x: ir.Load, rows: tuple[int, int], call: str) -> list[str]:
+        """``call`` (its rows at ``xp``, ``len`` of them from tile row ``jb``) for each
+        run of the tile's rows within one block of a block table."""
+        ld, bs = rows
+        at = Renderer([f"o{i}" for i in range(n_outer)] + ["i0", "0"]).index(x.index)
+        return ["    for (int64_t jb = 0; jb < nk;) {", "        const int64_t i0 = j0 + jb;", *row_at(x, "        "),
+                f"        const int64_t len = {bs} - i0 % {bs} < nk - jb ? {bs} - i0 % {bs} : nk - jb;",
+                f"        const float *xp = a{x.arg} + {at} + at{x.arg}_0 * {x.at[0][1]};",
+                f"        {call}", "        jb += len;", "    }"]
+
     def scores(fused_args: str | None = None) -> list[str]:
         """The scores tile ``st`` of tile ``j0``; with ``fused_args`` (the row scales,
         the additive mask's rows, the row max and nan flag) by ``braze_mm_scaled_max``
         where the tile is ``fast``."""
+        if paged_k is not None:
+            res = blockwise(dot.b, paged_k, f"braze_mm_nt(nq, len, {d}, qt, {d}, xp, {paged_k[0]}, st + jb, {BK});")
+            if fused_args is None:
+                return res
+            return res + [f"    if (fast) braze_scaled_max_rest(nq, nk, st, {BK}, {fused_args}, 0, 0, 0);"]
         if narrow:
             mm = f"braze_mm_nt(nq, nk, {d}, qt, {d}, {k_rows}, {k_ld}, st, {BK}"
             fused_mm = f"braze_mm_nt_scaled_max(nq, nk, {d}, qt, {d}, {k_rows}, {k_ld}, st, {BK}"
@@ -429,8 +488,17 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                     f"for (; jb + 8 <= nk; jb += 8) for (int64_t dd = 0; dd < {d}; dd += 8) "
                     f"braze_transpose8({k_at} + jb * {ldk} + dd, {ldk}, {dst} + dd * {BK} + jb, {BK});"]
             first = "jb"
+        elif paged_rows is not None and paged_rows[1] % 8 == 0 and d % 8 == 0:
+            # rows through a block table: each 8 rows lie in one block, a stride apart
+            at = Renderer([f"o{i}" for i in range(n_outer)] + ["i0", "0"]).index(dot.b.index)
+            res += ["int64_t jb = 0;", "for (; jb + 8 <= nk; jb += 8) {", "    const int64_t i0 = j0 + jb;",
+                    *row_at(dot.b), f"    const float *xp = a{dot.b.arg} + {at} + at{dot.b.arg}_0 * {dot.b.at[0][1]};",
+                    f"    for (int64_t dd = 0; dd < {d}; dd += 8) "
+                    f"braze_transpose8(xp + dd, {paged_rows[0]}, {dst} + dd * {BK} + jb, {BK});", "}"]
+            first = "jb"
         return res + [f"for (int64_t jj = {first}; jj < {BK}; jj++) {{",  # rows of B^T are contiguous: read along them
-                "    const int64_t i0 = j0 + jj;",
+                # (a row past the end through a block table would read past the table's row)
+                f"    const int64_t i0 = {'jj < nk ? j0 + jj : j0' if dot.b.at else 'j0 + jj'};", *row_at(dot.b),
                 f"    if (jj < nk) for (int64_t dd = 0; dd < {d}; dd++) {dst}[dd * {BK} + jj] = {load(dot.b)};",
                 f"    else for (int64_t dd = 0; dd < {d}; dd++) {dst}[dd * {BK} + jj] = 0.0f;",
                 "}"]
@@ -439,13 +507,13 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         """The key tile at ``j0`` as float rows ``[j][d]`` (a narrow task's keys that
         cannot be read in place)."""
         return ["for (int64_t jj = 0; jj < nk; jj++) {",
-                "    const int64_t i0 = j0 + jj;",
+                "    const int64_t i0 = j0 + jj;", *row_at(dot.b),
                 f"    for (int64_t dd = 0; dd < {d}; dd++) {dst}[jj * {d} + dd] = {load(dot.b)};",
                 "}"]
 
     def pack_v(dst: str) -> list[str]:
         return ["for (int64_t jj = 0; jj < nk; jj++) {",
-                "    const int64_t i0 = j0 + jj;",
+                "    const int64_t i0 = j0 + jj;", *row_at(contract.v),
                 f"    for (int64_t dd = 0; dd < {e}; dd++) {dst}[jj * {e} + dd] = {load(contract.v)};",
                 "}"]
 
@@ -461,8 +529,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         if not narrow:
             body.append(f"    const float *ktp = kpack ? kpack + tile * {d * BK} : kt;")
         body.append(f"    const float *vtp = {v_at if ldv is not None else f'kpack ? vpack + tile * {BK * e} : vt'};")
-        keys = pack_k("kt") if not narrow else pack_k_rows("kt") if ldk is None else []
-        pack = keys + (pack_v("vt") if with_contract and ldv is None else [])
+        keys = pack_k("kt") if not narrow else pack_k_rows("kt") if ldk is None and paged_k is None else []
+        pack = keys + (pack_v("vt") if with_contract and ldv is None and paged_v is None else [])
         if pack:
             body += ["    if (!kpack) {"] + ["        " + t for t in pack] + ["    }"]
         fast = rolling and with_contract and fused is not None
@@ -624,7 +692,9 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                 body.append("            }")
                 body.append("        }")
         body.append("    }")
-        if with_contract:
+        if with_contract and paged_v is not None:
+            body += blockwise(contract.v, paged_v, f"braze_mm(nq, {e}, len, wt + jb, {BK}, xp, {paged_v[0]}, ot, {e}, 1);")
+        elif with_contract:
             body.append(f"    braze_mm(nq, {e}, nk, wt, {BK}, vtp, {e if ldv is None else ldv}, ot, {e}, 1);")
         body.append("}")
         return [ind + t for t in body]

@@ -182,6 +182,9 @@ def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows | ir.TopK) -> Generic | None:
             stages.append(replace(st, expr=mapped(st.expr), repair=mapped(st.repair)))
         elif isinstance(st, ir.Scan):
             stages.append(replace(st, expr=mapped(st.expr)))
+        elif isinstance(st, ir.Store) and st.at:  # a scatter's rows: as a gather's terms
+            at = tuple((mapped(i), spelled(s, (st.arg, st.index, "at", j))) for j, (i, s) in enumerate(st.at))
+            stages.append(replace(st, index=affine(st.index, st.arg), expr=mapped(st.expr), at=at))
         elif isinstance(st, (ir.Store, ir.StoreRow)):
             stages.append(replace(st, index=affine(st.index, st.arg), expr=mapped(st.expr)))
         elif isinstance(st, ir.Contract):  # its size (the value rows' width) stays, as the Dot's length

@@ -154,10 +154,14 @@ class Llama(Module):
         model's context length)."""
         c = self.config
         n = min(max_len or c.context_length, c.context_length)
-        # the positions a captured step will replay must be in the tables it captures
+        self.reserve_positions(n)
+        return [KVCache(batch, c.n_kv_heads, n, c.head_dim) for _ in range(c.n_layers)]
+
+    def reserve_positions(self, n: int) -> None:
+        """Make the rotary tables cover positions 0..n-1: the positions a captured step
+        will replay must be in the tables it captures."""
         for rotary in {id(b.attn.rotary): b.attn.rotary for b in self.blocks if b.attn.rotary is not None}.values():
             rotary.reserve(n)
-        return [KVCache(batch, c.n_kv_heads, n, c.head_dim) for _ in range(c.n_layers)]
 
     def forward(self, ids: Tensor, caches: list[KVCache] | None = None, last_only: bool = False,
                 at: Tensor | None = None) -> Tensor:

@@ -13,6 +13,7 @@ from ..functions import cat, qembedding, stack
 from ..tensor import Tensor
 from . import functional as F
 from .module import Module
+from .paged import PagedKVCache
 
 M = TypeVar("M", bound=Module)
 
@@ -153,8 +154,17 @@ class RotaryEmbedding(Module):
         self.register_buffer("cos", from_numpy((np.cos(angles) * self.mscale).astype(np.float32)), persistent=False)
         self.register_buffer("sin", from_numpy((np.sin(angles) * self.mscale).astype(np.float32)), persistent=False)
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        """Rotate ``x`` of shape (..., T, dim) for positions offset..offset+T-1."""
+    def forward(self, x: Tensor, offset: "int | Tensor" = 0) -> Tensor:
+        """Rotate ``x`` of shape (..., T, dim) for positions offset..offset+T-1, or, with
+        ``offset`` an integer tensor (B, T), at each row's own positions (x is (B, H, T,
+        dim): a batch of sequences at different lengths; the table rows are gathered,
+        bounds-checked, in the rotation's kernel)."""
+        if isinstance(offset, Tensor):
+            b, t = offset.shape
+            idx = offset.reshape(-1)
+            cos = self.cos.index_select(0, idx).reshape(b, 1, t, -1)
+            sin = self.sin.index_select(0, idx).reshape(b, 1, t, -1)
+            return self._rotate(x, cos, sin)
         t = x.shape[-2]
         if offset < 0 or offset + t > self.max_positions:
             # a short table slice would broadcast silently and rotate by wrong angles
@@ -162,8 +172,9 @@ class RotaryEmbedding(Module):
             raise ShapeMismatch("RotaryEmbedding", [x.shape],
                                 f"positions {offset}..{offset + t - 1} beyond max_positions {self.max_positions}")
         self.reserve(offset + t)
-        cos = self.cos[offset:offset + t]
-        sin = self.sin[offset:offset + t]
+        return self._rotate(x, self.cos[offset:offset + t], self.sin[offset:offset + t])
+
+    def _rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         if x.dtype is not cos.dtype:  # the tables are float32; a half model rotates in its own type
             cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         if self.interleaved:
@@ -226,6 +237,29 @@ class KVCache:
         self.length += t
         return self.k[:, :, :self.length], self.v[:, :, :self.length]
 
+    @property
+    def positions(self) -> int:
+        """The first new token's position (the rotary offset)."""
+        return self.length
+
+    def update(self, k: Tensor, v: Tensor, window: int | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Append and return the keys and values to attend over, with their mask (None:
+        causal over the new tokens, which the attention then builds)."""
+        t = k.shape[-2]
+        k, v = self.append(k, v)
+        if t > 1:
+            return k, v, None
+        # Decoding: attend over the whole preallocated cache with the positions not
+        # written yet masked off. Every step then has the same shapes (the position is a
+        # scalar, the write offset a placeholder), so it replays one fused plan; the mask
+        # is coordinate arithmetic in the attention kernel, whose tiles past the position
+        # are skipped.
+        j = arange(self.max_len).unsqueeze(0)
+        mask = j < self.length
+        if window is not None:  # the query is at position length - 1
+            mask = mask & (j >= self.length - window)
+        return self.k, self.v, mask
+
 
 class Attention(Module):
     """Multi-head attention with grouped KV heads (Ainslie et al., GQA) and rotary
@@ -268,7 +302,7 @@ class Attention(Module):
         self.window, self.softcap, self.scale = window, softcap, scale
         return self
 
-    def forward(self, x: Tensor, cache: KVCache | None = None, mask: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, cache: KVCache | PagedKVCache | None = None, mask: Tensor | None = None) -> Tensor:
         b, t, _ = x.dims3()
         q = self.q(x).reshape(b, t, self.heads, self.head_dim).transpose(1, 2)
         k = self.k(x).reshape(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -277,22 +311,13 @@ class Attention(Module):
             q = self.q_norm(q)
         if self.k_norm is not None:
             k = self.k_norm(k)
-        offset = cache.length if cache is not None else 0
+        offset = cache.positions if cache is not None else 0
         if self.rotary is not None:
             q, k = self.rotary(q, offset), self.rotary(k, offset)
-        if cache is not None:
+        if cache is not None and mask is None:
+            k, v, mask = cache.update(k, v, self.window)
+        elif cache is not None:
             k, v = cache.append(k, v)
-            if t == 1 and mask is None:
-                # Decoding: attend over the whole preallocated cache with the positions
-                # not written yet masked off. Every step then has the same shapes (the
-                # position is a scalar, the write offset a placeholder), so it replays one
-                # fused plan; the mask is coordinate arithmetic in the attention kernel,
-                # whose tiles past the position are skipped.
-                k, v = cache.k, cache.v
-                j = arange(cache.max_len).unsqueeze(0)
-                mask = j < cache.length
-                if self.window is not None:  # the query is at position length - 1
-                    mask = mask & (j >= cache.length - self.window)
         if mask is None and (t > 1 or self.window is not None):
             mask = F.causal_mask(t, k.shape[-2], window=self.window)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True, softcap=self.softcap,

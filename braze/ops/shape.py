@@ -95,6 +95,26 @@ def _index_select(x: np.ndarray, idx: np.ndarray, dim: int) -> np.ndarray:
 register(OpDef("index_select", _index_select_shape, _index_dtype, _index_select, compute="native"))
 
 
+def _index_copy_dtype(op: str, dtypes: Sequence[DType], attrs: dict[str, Any]) -> list[DType]:
+    _index_dtype(op, dtypes[:2], attrs)
+    return [same_dtypes(op, [dtypes[0], dtypes[2]])]
+
+
+def _index_copy(x: np.ndarray, idx: np.ndarray, src: np.ndarray, dim: int) -> np.ndarray:
+    """The target ``x`` with its rows along ``dim`` at ``idx`` replaced by ``src``'s (the
+    last of equal indices wins; PyTorch leaves which unspecified)."""
+    check_indices("index_copy", idx, x.shape[dim], dim)
+    out = x.copy()
+    out[(slice(None),) * dim + (idx.astype(np.int64),)] = src
+    return out
+
+
+#: ``x.index_copy_(dim, index, source)`` (and ``x[index] = v``): a write into x's storage,
+#: its inputs the target (as read: the reference returns it whole), the 1-d index and
+#: the source; compiled as a scatter (``schedule/fuse.py``: stores at checked rows).
+register(OpDef("index_copy", lambda op, s, a: [s[0]], _index_copy_dtype, _index_copy, compute="native", inplace=True))
+
+
 def _one_hot_shape(op: str, shapes: Sequence[Shape], attrs: dict[str, Any]) -> list[Shape]:
     return [shapes[0] + (attrs["num_classes"],)]
 

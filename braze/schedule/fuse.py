@@ -93,6 +93,7 @@ class Scheduler:
                 self.dtypes[self.key(o.storage)] = o.storage.dtype
 
         self.created = recompute.find(nodes, self.key)
+        self.gathers = recompute.gathers(nodes, self.key)  # read through by chains only
 
     def key(self, storage: Any) -> Key:
         return self.key_of[id(storage)]
@@ -114,6 +115,8 @@ class Scheduler:
             if node.op.name == "qlinear" and self.qlinear(i, node):
                 continue
             if node.op.name == "assign" and self.assign(i, node):
+                continue
+            if node.op.name == "index_copy" and self.scatter(i, node):
                 continue
             if node.op.name == "qembedding" and self.qrows(i, node):
                 continue
@@ -300,6 +303,46 @@ class Scheduler:
         kernel = ir.Kernel(shape[:-1], shape[-1:], [ir.Store(1, di, ir.Load(0, si, d))], [(d, False), (d, True)])
         self.steps.append(KernelStep(kernel, [self.key(src.storage), self.key(dst.storage)], [], [i],
                                      [src_ref, (i, -1)]))
+        return True
+
+    def scatter(self, i: int, node: Any) -> bool:
+        """``x.index_copy_(dim, index, source)`` (``x[index] = v``): a kernel over the
+        source's elements, each stored at its row ``index[r]`` of x along ``dim``
+        (``ir.Store.at``, the index checked: ``codegen/scatter.py``), after every open
+        group closes (a write). O(source), where the reference rewrites x whole. x's
+        offset, the index's and (when it exists before the flush) the source's are given
+        at run time, so new slots and a moving target replay one plan."""
+        (dst, idx, src), d = node.inputs, node.attrs["dim"]
+        shape = src.layout.shape
+        if (dst.storage.array is None or dst.storage.dtype.is_block or not shape or prod(shape) == 0
+                or dst.layout.shape[d] == 0 or src.storage is dst.storage or idx.storage is dst.storage):
+            return False  # a pending or block target, nothing to store, or an aliased source: the reference
+        self.settle(node)
+        # the row's dims (after d), merged where both source and target walk them as one
+        inner: list[tuple[int, int, int]] = []  # (extent, source stride, target stride)
+        for n, ss, ds in zip(shape[d + 1:], src.layout.strides[d + 1:], dst.layout.strides[d + 1:]):
+            if inner and inner[-1][1] == ss * n and inner[-1][2] == ds * n:
+                inner[-1] = (inner[-1][0] * n, ss, ds)
+            elif n != 1:
+                inner.append((n, ss, ds))
+        outer = shape[:d + 1]
+        nd = d + 1 + len(inner)
+        refs = [None if o.storage.array is None else (i, j) for j, o in ((1, idx), (2, src))]
+        ii = affine(idx.layout, (d,), nd)
+        si = ir.Affine(src.layout.offset, affine(src.layout, range(d + 1), nd).coeffs[:d + 1] + tuple(t[1] for t in inner))
+        ii, si = (ir.Affine(0, a.coeffs) if r else a for a, r in zip((ii, si), refs))
+        coeffs = list(affine(dst.layout, range(d + 1), nd).coeffs[:d + 1]) + [t[2] for t in inner]
+        coeffs[d] = 0
+        row = ir.Load(1, ii, idx.storage.dtype)
+        row64 = row if row.dtype is dt.int64 else ir.Op("cast", (row,), dt.int64)
+        at = ((ir.checked(row64, dst.layout.shape[d], i, "index_copy", d), dst.layout.strides[d]),)
+        dt_ = dst.storage.dtype
+        store = ir.Store(2, ir.Affine(0, tuple(coeffs)), ir.Load(0, si, dt_), at)
+        stages, checks = ir.numbered_checks([store])
+        kernel = ir.Kernel(outer, tuple(t[0] for t in inner), stages,
+                           [(dt_, False), (idx.storage.dtype, False), (dt_, True)], checks)
+        self.steps.append(KernelStep(kernel, [self.key(o.storage) for o in (src, idx, dst)], [], [i],
+                                     [refs[1], refs[0], (i, -1)]))
         return True
 
     # -- placing a lowerable node ------------------------------------------------------
@@ -501,9 +544,11 @@ class Scheduler:
     def load_through(self, g: Group, o: Any, dim_map: Sequence[int | None], extents: Sequence[int],
                      ref: tuple[int, int]) -> ir.Load:
         """``load`` for a chain's matmul operand: a copy of a view (``repeat_kv``'s
-        keys and values) is read where its input lies, through the index."""
+        keys and values) is read where its input lies, through the index; rows
+        gathered from a tensor that exists before the flush (keys through a block
+        table) where they lie, at the index's values (``recompute.gathers``)."""
         k = self.key(o.storage)
-        made = self.created.get(k)
+        made = self.created.get(k) or self.gathers.get(k)
         if made is not None:
             e = made(affine(o.layout, dim_map, len(extents)), extents, self.loader(g))
             if isinstance(e, ir.Load):

@@ -89,7 +89,12 @@ def dims_at(shape: Sequence[int], index: ir.Affine, extents: Sequence[int]) -> l
                 return None
             flat += starts[hi] * span
             span *= shape[hi]
-        if any(terms[j] for j in range(hi, d + 1)) or any(o != c and hi <= e <= d for o, e in spans):
+        # other coordinates may move the top dim only (a batch of block tables' rows:
+        # block b * nb + j // bs), if the sum stays inside it
+        top = terms[hi]
+        if any(terms[j] for j in range(hi + 1, d + 1)) or any(o != c and hi <= e <= d for o, e in spans) \
+                or top and (flat + extents[c] - 1) // (span // shape[hi]) + sum(m * (extents[o] - 1) for o, m in top) \
+                >= shape[hi]:
             return None
         unit = 1
         for j in range(d, hi - 1, -1):
@@ -100,6 +105,9 @@ def dims_at(shape: Sequence[int], index: ir.Affine, extents: Sequence[int]) -> l
                 x = ir.Op("remainder", (x, ir.Const(shape[j], dt.int64)), dt.int64)
             out[j] = x
             unit *= shape[j]
+        for o, m in top:
+            y: ir.Expr = ir.Coord(o, dt.int64) if m == 1 else ir.Op("mul", (ir.Const(m, dt.int64), ir.Coord(o, dt.int64)), dt.int64)
+            out[hi] = ir.Op("add", (y, out[hi]), dt.int64)
     return out
 
 
@@ -247,4 +255,65 @@ def _pointwise(n: int, node: Any, shape: tuple[int, ...], dtype: dt.DType, input
             args.append(arg)
         res = node.op.lower(args, {**node.attrs, "coords": tuple(range(len(shape))), "at": dims, "in_shapes": []}, dtype)
         return res if isinstance(res, (ir.Load, ir.Const, ir.Coord, ir.Op)) else None
+    return value
+
+
+def gathers(nodes: Sequence[Any], key: Callable[[Any], Key]) -> dict[Key, Recompute]:
+    """The ``index_select`` results of a flushed stream that a chain's matmul can read
+    through (``Scheduler.load_through``): rows of a tensor that exists before the flush
+    at indices that do too (keys and values through a block table). Element-wise
+    consumers fuse a gather by its own lowering instead (``ops/lowering.py``)."""
+    writes: dict[Key, list[int]] = {}  # storage -> the nodes that write it in place
+    last_read: dict[Key, int] = {}
+    for n, node in enumerate(nodes):
+        for o in node.inputs:
+            last_read[key(o.storage)] = n
+        if node.op.inplace:
+            for o in node.outputs:
+                writes.setdefault(key(o.storage), []).append(n)
+    return {key(node.outputs[0].storage): _gathered(n, node, node.outputs[0].layout.shape)
+            for n, node in enumerate(nodes)
+            if node.op.name == "index_select" and _gathers_in_place(n, node, key, writes, last_read)}
+
+
+def _gathers_in_place(n: int, node: Any, key: Callable[[Any], Key], writes: dict[Key, list[int]],
+                      last_read: dict[Key, int]) -> bool:
+    """Can ``index_select`` node ``n`` be read through (its rows loaded where they lie,
+    at the index's values)? Its source and index must exist before the flush and not
+    be written between the gather and its result's last reader (a paged KV cache's
+    pool is written by the step before it is read: that write runs first)."""
+    (x, ix), o = node.inputs, node.outputs[0]
+    if x.storage.array is None or ix.storage.array is None or x.storage.dtype.is_block or not x.layout.shape:
+        return False
+    if key(o.storage) in writes:
+        return False
+    end = last_read.get(key(o.storage), n)
+    return not any(n < w <= end for s in (x, ix) for w in writes.get(key(s.storage), ()))
+
+
+def _gathered(n: int, node: Any, shape: tuple[int, ...]) -> Recompute:
+    """An ``index_select`` read through: the source at the reader's coordinates, its
+    dim ``d`` at the index's value there (``ir.Load.at``, checked as the gather's own
+    lowering checks it). ``kp.view(blocks, bs, h, d)[table].reshape(b, nb * bs, h, d)``
+    read at key ``j`` of batch ``b`` is pool block ``table[b, j // bs]``, row ``j % bs``:
+    attention through a block table with no gathered copy of the keys."""
+    (x, ix), d = node.inputs, node.attrs["dim"]
+    m = ix.layout.ndim
+
+    def value(index: ir.Affine, extents: Sequence[int], load_at: LoadAt) -> ir.Expr | None:
+        dims = dims_at(shape, index, extents) if prod(shape) else None
+        if dims is None:
+            return None
+        ndim = len(index.coeffs)
+        at = _compose(ix.layout, dims[d:d + m], ndim)
+        xa = _compose(x.layout, dims[:d] + [ir.Const(0, dt.int64)] + dims[d + m:], ndim)
+        if at is None or xa is None:
+            return None
+        i = load_at(ix.storage, at, (n, 1))
+        src = load_at(x.storage, xa, (n, 0))
+        if i is None or src is None or src.at or src.when:
+            return None
+        i64 = i if i.dtype is dt.int64 else ir.Op("cast", (i,), dt.int64)
+        sel = ir.checked(i64, x.layout.shape[d], n, "index_select", d)
+        return ir.Load(src.arg, src.index, src.dtype, (), ((sel, x.layout.strides[d]),))
     return value

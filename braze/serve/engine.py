@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import BrazeError, InvalidArgument, ShapeMismatch
 from ..generate import Sampling, TextStream, sample
+from .runner import PagedRunner
 
 
 class QueueFull(BrazeError):
@@ -69,6 +70,8 @@ class Metrics:
     finished: int = 0
     aborted: int = 0
     steps: int = 0
+    prefix_hit_tokens: int = 0  # prompt tokens whose keys and values came from the prefix cache
+    preemptions: int = 0
     ttft_seconds: list[float] = field(default_factory=list)  # since the last snapshot
     step_seconds: list[float] = field(default_factory=list)
 
@@ -93,7 +96,7 @@ class Engine:
     ``embedder``: a ``Loaded`` BERT model for ``embed`` (optional)."""
 
     def __init__(self, model: Any, embedder: Any = None, max_batch: int = 8, ctx: int | None = None,
-                 queue_limit: int = 256) -> None:
+                 queue_limit: int = 256, kv_tokens: int | None = None, chunk: int = 256) -> None:
         if max_batch < 1:
             raise InvalidArgument("Engine", f"max_batch={max_batch}: must be >= 1")
         self.loaded, self.embedder = model, embedder
@@ -112,7 +115,7 @@ class Engine:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._m = Metrics()
-        self._runner = _Runner(self)
+        self._runner = PagedRunner(model.model, self.context_length, max_batch, kv_tokens, chunk)
 
     # -- the callers' side (any thread) --------------------------------------------------
     def start(self) -> "Engine":
@@ -243,16 +246,23 @@ class Engine:
                     return
                 s = self._waiting.popleft()
             self._running.append(s)
-            self._runner.admit(s)
+            hit = self._runner.admit(s)
+            with self._lock:
+                self._m.prefix_hit_tokens += hit
 
     def _step(self) -> None:
         t0 = time.perf_counter()
         try:
-            self._runner.step(self._running)
+            preempted = self._runner.step(self._running)
         except BaseException as e:  # a failed step fails its sequences, not the server
             for s in list(self._running):
                 self._finish(s, "error", e)
             return
+        with self._lock:
+            self._m.preemptions += len(preempted)
+            for s in reversed(preempted):  # back to the front of the queue, in order
+                self._running.remove(s)
+                self._waiting.appendleft(s)
         now = time.perf_counter()
         decoding = [s for s in self._running if s.logits is not None]
         with self._lock:
@@ -315,39 +325,3 @@ class Engine:
             s.on_event(ev)
         except Exception:  # a caller's callback failing must not stop the engine
             self.cancel(s.id)
-
-
-class _Runner:
-    """Runs sequences on the model: one ``DecodeStep`` (and its own KV caches) per
-    sequence, stepped in turn."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.model = engine.loaded.model
-
-    def blocks(self) -> tuple[int, int]:
-        used = sum(self._positions(s) for s in self.engine._running)
-        return -(-used // 16), -(-self.engine.context_length * self.engine.max_batch // 16)
-
-    @staticmethod
-    def _positions(s: _Seq) -> int:
-        return len(s.history)
-
-    def can_admit(self, s: _Seq) -> bool:
-        return True
-
-    def admit(self, s: _Seq) -> None:
-        from ..generate import DecodeStep
-        n = min(self.engine.context_length, len(s.req.prompt_ids) + s.req.max_tokens)
-        s.state = DecodeStep(self.model, self.model.new_cache(-(-n // 64) * 64))
-
-    def release(self, s: _Seq) -> None:
-        s.state = None
-
-    def step(self, running: list[_Seq]) -> None:
-        for s in running:
-            step = s.state
-            if step.caches[0].length == 0:
-                s.logits = np.array(step.prefill(s.req.prompt_ids))
-            else:
-                s.logits = np.array(step(s.history[-1]))

@@ -37,7 +37,7 @@ def llama_reference_cache_write(cache_k, xk, start_pos):  # self.cache_k[:bsz, s
 
 
 @idiom(CACHE, randn(B, H, 2, D), value(np.array([5, 6])), kernels=1,
-       oracle=lambda c, k, p: _written(c, k, 5), bug=INDEX_COPY)
+       oracle=lambda c, k, p: _written(c, k, 5))
 def index_copy_at_cache_position_static_cache(k_cache, key_states, cache_position):
     k_cache.index_copy_(2, cache_position, key_states)
     return k_cache
@@ -89,3 +89,50 @@ def narrow_the_written_prefix(cache, length):
 def write_transposed_keys(cache, k):  # (B, S, H, D) projections into a (B, H, S, D) cache
     cache.copy_(k.transpose(1, 2))
     return cache
+
+
+# A paged KV cache (vLLM's PagedAttention): one pool of blocks of BS rows, each sequence
+# a row of a block table; the step writes its new rows at their slots and attends
+# through the table (tests/test_paged.py has the full story).
+BS, BLOCKS, KVH = 4, 6, 2
+POOL = randn(BLOCKS * BS, KVH, D)
+TABLE = np.array([[4, 0, 2], [1, 4, 5]])  # block 4 shared: a common prefix
+POS = np.array([[9], [5]])  # each sequence's last position
+
+
+def _paged_written(pool, k, slots):
+    out = np.array(pool, copy=True)
+    out[slots] = k
+    return out
+
+
+@idiom(POOL, randn(3, KVH, D), value(np.array([5, 17, 0])), kernels=1, oracle=_paged_written)
+def paged_pool_write_at_slots(pool, k, slots):
+    pool[slots] = k
+    return pool
+
+
+@idiom(POOL, randn(2, KVH, D), value(np.array([9, 23])), kernels=2,
+       oracle=lambda pool, k, slots: _paged_written(pool, k * 0.5, slots))
+def paged_pool_index_copy_of_computed_rows(pool, k, slots):
+    pool.index_copy_(0, slots, k * 0.5)
+    return pool
+
+
+def _paged_reference(q, kp, vp, table, pos):
+    L = table.shape[1] * BS
+
+    def rows(p):
+        return np.swapaxes(p.reshape(BLOCKS, BS, KVH, D)[table].reshape(2, L, KVH, D), 1, 2)
+
+    mask = (np.arange(L)[None, :] <= pos.reshape(2, 1)).reshape(2, 1, 1, L)
+    return R.attention(q, R.repeat_kv(rows(kp), 2), R.repeat_kv(rows(vp), 2), mask=mask)
+
+
+@idiom(randn(2, 2 * KVH, 1, D), POOL, POOL, value(TABLE), value(POS), kernels=1, oracle=_paged_reference)
+def paged_decoding_attention_through_a_block_table(q, kp, vp, table, pos):
+    L = table.shape[1] * BS
+    k = kp.view(BLOCKS, BS, KVH, D)[table].reshape(2, L, KVH, D).transpose(1, 2)
+    v = vp.view(BLOCKS, BS, KVH, D)[table].reshape(2, L, KVH, D).transpose(1, 2)
+    mask = (braze.arange(L).reshape(1, L) <= pos.reshape(2, 1)).reshape(2, 1, 1, L)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)

@@ -1,0 +1,219 @@
+"""Runs the engine's sequences on the model: batched decoding steps and chunked
+prefills over one paged KV cache.
+
+Each turn, every sequence that has one token to feed (its last sampled token)
+decodes in ONE step: a (B, 1) batch whose matmuls read each weight once for all B
+rows, each row at its own position, attending over its own blocks (``nn.paged``). A
+sequence with more than one token to feed (a new prompt, or one preempted and
+resumed) feeds a chunk of them, at most ``chunk`` tokens per turn, so a long prompt
+never stalls the others for more than one chunk.
+
+Steps are padded to buckets (the batch to a power of two up to ``max_batch``, the
+chunk to ``PREFILL_BUCKETS``, the block table to a power of two), so the programs
+that run are few; each bucket's step is captured (``StepCapture(static=True)``) after
+its first runs and then replays with one call into compiled code, the indices written
+in place. Padding rows feed token 0 at position 0, write to the trash block and
+read only it.
+
+When the pool has no block for a sequence that must grow, the youngest other
+sequence is preempted: its blocks are freed and it goes back to the queue, to
+compute its tokens again when there is room (vLLM's recompute preemption).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..capture import StepCapture
+from ..creation import from_numpy
+from ..generate import PREFILL_BUCKETS, before_replay
+from ..nn.paged import PagedIndex, PagedKVCache
+from ..stream import fusion_enabled
+from .blocks import TRASH, BlockPool, prefix_hashes
+
+if TYPE_CHECKING:
+    from .engine import _Seq
+
+BLOCK_SIZE = 16
+KV_BUDGET = 256 << 20  # the pool's default size in bytes (at least one full context; at most max_batch)
+
+
+@dataclass
+class SeqState:
+    blocks: list[int]
+    cached: int  # tokens whose keys and values are in the pool
+    hashes: list[int]  # the prompt's full blocks' prefix hashes
+
+
+@dataclass
+class _Bucket:
+    index: PagedIndex
+    ids: np.ndarray
+    ids_t: Any
+    at: np.ndarray
+    at_t: Any
+    caches: list[PagedKVCache]
+    capture: StepCapture | None
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+class PagedRunner:
+    def __init__(self, model: Any, context_length: int, max_batch: int, kv_tokens: int | None = None,
+                 chunk: int = 256, capture: bool = True) -> None:
+        c = model.config
+        self.model, self.ctx, self.max_batch, self.capture = model, context_length, max_batch, capture
+        self.chunk = max(b for b in PREFILL_BUCKETS if b <= max(chunk, PREFILL_BUCKETS[0]))
+        per_token = 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4  # float32 keys and values
+        tokens = kv_tokens or min(max_batch * context_length, max(context_length, KV_BUDGET // per_token))
+        blocks = -(-tokens // BLOCK_SIZE) + 1  # and the trash block
+        self.pool = BlockPool(blocks, BLOCK_SIZE)
+        self.pools = [PagedKVCache.pools(blocks, BLOCK_SIZE, c.n_kv_heads, c.head_dim) for _ in range(c.n_layers)]
+        self.max_width = -(-context_length // BLOCK_SIZE)
+        model.reserve_positions(context_length)
+        self.buckets: dict[tuple[int, int, int], _Bucket] = {}
+
+    # -- the pool ---------------------------------------------------------------------------
+    def blocks(self) -> tuple[int, int]:
+        return self.pool.used, self.pool.blocks - 1
+
+    def can_admit(self, s: "_Seq") -> bool:
+        hashes = prefix_hashes(s.history, BLOCK_SIZE)
+        hits = 0
+        for h in hashes[:(len(s.history) - 1) // BLOCK_SIZE]:
+            if h not in self.pool.by_hash:
+                break
+            hits += 1
+        need = -(-(len(s.history) + 1) // BLOCK_SIZE) - hits
+        return need <= self.pool.available
+
+    def admit(self, s: "_Seq") -> int:
+        """Take the cached blocks of the longest prefix of ``s`` (all but its last token);
+        returns how many tokens they hold."""
+        hashes = prefix_hashes(s.history, BLOCK_SIZE)
+        blocks: list[int] = []
+        for h in hashes[:(len(s.history) - 1) // BLOCK_SIZE]:
+            b = self.pool.lookup(h)
+            if b is None:
+                break
+            blocks.append(b)
+        s.state = SeqState(blocks, len(blocks) * BLOCK_SIZE, hashes)
+        return s.state.cached
+
+    def release(self, s: "_Seq") -> None:
+        st: SeqState | None = s.state
+        if st is not None:
+            self.pool.release(st.blocks)
+        s.state = None
+
+    def _grow(self, s: "_Seq", upto: int, running: list["_Seq"], preempted: list["_Seq"]) -> bool:
+        """Blocks for positions < ``upto``; preempt the youngest other sequence when the
+        pool is out. False when ``s`` itself had to go."""
+        st: SeqState = s.state
+        while len(st.blocks) * BLOCK_SIZE < upto:
+            b = self.pool.allocate()
+            if b is None:
+                victims = [v for v in reversed(running) if v is not s and v not in preempted]
+                victim = victims[0] if victims else s
+                self.release(victim)
+                preempted.append(victim)
+                if victim is s:
+                    return False
+                continue
+            st.blocks.append(b)
+        return True
+
+    # -- a turn -----------------------------------------------------------------------------
+    def step(self, running: list["_Seq"]) -> list["_Seq"]:
+        """Feed every running sequence what it can this turn; set ``logits`` on those
+        whose next token is due. Returns the sequences preempted (state released)."""
+        preempted: list[_Seq] = []
+        prefill = next((s for s in running if len(s.history) - s.state.cached > 1), None)
+        if prefill is not None:
+            self._prefill(prefill, running, preempted)
+        decoding = [s for s in running if s.state is not None and len(s.history) - s.state.cached == 1
+                    and s not in preempted]
+        ready = [s for s in decoding if self._grow(s, s.state.cached + 1, running, preempted)]
+        ready = [s for s in ready if s not in preempted]
+        if ready:
+            self._decode(ready)
+        return preempted
+
+    def _prefill(self, s: "_Seq", running: list["_Seq"], preempted: list["_Seq"]) -> None:
+        st: SeqState = s.state
+        start = st.cached
+        n = min(self.chunk, len(s.history) - start)
+        if not self._grow(s, start + n, running, preempted):
+            return
+        t = next(b for b in PREFILL_BUCKETS if b >= n)
+        k = self._bucket(1, t, _pow2(len(st.blocks)))
+        k.ids[0, :n], k.ids[0, n:] = s.history[start:start + n], 0
+        pos = np.arange(start, start + t)
+        pos[n:] = start  # padding: a real position's angles, keys written to the trash
+        k.index.pos[0] = pos
+        k.index.slots[:n] = [st.blocks[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for p in range(start, start + n)]
+        k.index.slots[n:] = TRASH * BLOCK_SIZE
+        self._table(k.index.table[0], st.blocks)
+        k.at[0] = n - 1
+        logits = self._run(k, s.history[start:start + n], prefill=True)
+        st.cached = start + n
+        for i in range(start // BLOCK_SIZE, min(st.cached, len(st.hashes) * BLOCK_SIZE) // BLOCK_SIZE):
+            self.pool.register(st.blocks[i], st.hashes[i])
+        if st.cached == len(s.history):
+            s.logits = np.array(logits[0])
+
+    def _decode(self, seqs: list["_Seq"]) -> None:
+        b = min(_pow2(len(seqs)), self.max_batch)
+        width = _pow2(max(len(s.state.blocks) for s in seqs))
+        k = self._bucket(b, 1, width)
+        k.ids[:] = 0
+        k.index.pos[:] = 0
+        k.index.slots[:] = TRASH * BLOCK_SIZE
+        k.index.table[:] = TRASH
+        for i, s in enumerate(seqs):
+            st: SeqState = s.state
+            p = st.cached
+            k.ids[i, 0] = s.history[p]
+            k.index.pos[i, 0] = p
+            k.index.slots[i] = st.blocks[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE
+            self._table(k.index.table[i], st.blocks)
+        logits = self._run(k, [s.history[-1] for s in seqs], prefill=False)
+        for i, s in enumerate(seqs):
+            s.state.cached += 1
+            s.logits = np.array(logits[i])
+
+    @staticmethod
+    def _table(row: np.ndarray, blocks: list[int]) -> None:
+        row[:len(blocks)] = blocks
+        row[len(blocks):] = TRASH
+
+    def _bucket(self, batch: int, tokens: int, width: int) -> _Bucket:
+        width = min(width, self.max_width)
+        key = (batch, tokens, width)
+        k = self.buckets.get(key)
+        if k is None:
+            index = PagedIndex(batch, tokens, width)
+            ids, at = np.zeros((batch, tokens), np.int64), np.zeros(1, np.int64)
+            caches = [PagedKVCache(kp, vp, BLOCK_SIZE, index) for kp, vp in self.pools]
+            cap = StepCapture(static=True) if self.capture and fusion_enabled() else None
+            k = self.buckets[key] = _Bucket(index, ids, from_numpy(ids), at, from_numpy(at), caches, cap)
+        return k
+
+    def _run(self, k: _Bucket, tokens: list[int], prefill: bool) -> np.ndarray:
+        """The step's logits, (B, vocab) for a decode, (1, vocab) for a prefill chunk."""
+        before_replay(self.model, tokens)
+
+        def fn() -> Any:
+            out = self.model(k.ids_t, k.caches, at=k.at_t) if prefill else self.model(k.ids_t, k.caches)
+            return out[:, -1]
+        cap = k.capture
+        if cap is not None and cap.ready and fusion_enabled():
+            return cap.replay(0)
+        if cap is not None and not cap.reason:
+            return cap.observe(0, fn)
+        return fn().numpy()

@@ -1,0 +1,55 @@
+"""``braze serve``: load the models, start the engine, run the app under uvicorn until
+interrupted, then close the engine."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..models import ModelNotFound, load_embedder, load_llm
+from .app import create_app
+from .engine import Engine
+
+
+def _embedder(path: str | None, wanted: bool) -> Any:
+    """The embedding model: the one named, else the default one when it is installed."""
+    if not wanted:
+        return None
+    if path is not None:
+        return load_embedder(path)
+    try:
+        return load_embedder()
+    except ModelNotFound:
+        print("braze serve: no embedding model installed; /v1/embeddings is off", file=sys.stderr)
+        return None
+
+
+def served_name(path: str | Path) -> str:
+    """The name a model is served under: its file's stem, or its directory's name (the
+    directory above, where it is a generic ``model``, as in a Python package)."""
+    p = Path(path)
+    if p.is_dir():
+        return p.parent.name if p.name == "model" else p.name
+    return p.stem
+
+
+def serve(model: str | None = None, embedding_model: str | None = None, embeddings: bool = True,
+          host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, max_batch: int = 8,
+          ctx: int | None = None, queue_limit: int = 256) -> int:
+    import uvicorn
+    loaded = load_llm(model)
+    engine = Engine(loaded, embedder=_embedder(embedding_model, embeddings), max_batch=max_batch, ctx=ctx,
+                    queue_limit=queue_limit)
+    if engine.embedder is not None:
+        engine.embedder_name = served_name(engine.embedder.path)
+    if ctx is not None and ctx > loaded.model.config.context_length:
+        print(f"braze serve: --ctx {ctx} is past the model's context; using {engine.context_length}",
+              file=sys.stderr)
+    app = create_app(engine, api_key=api_key)
+    with engine:
+        print(f"braze serve: {engine.model_name}" + (f" and {engine.embedder_name}" if engine.embedder_name else "")
+              + f" on http://{host}:{port}/v1 (context {engine.context_length}, batch {max_batch})"
+              + (", API key required" if api_key else ""), file=sys.stderr)
+        uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+    return 0
