@@ -33,21 +33,28 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: the Ray cluster's processes inherit this process's environment when it starts: no
+#: usage report over the network; the replicas' engines fused even in the suite's
+#: reference pass (as tests/serve/conftest.py does for the HTTP tests)
+CLUSTER_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "BRAZE_FUSION": "1"}
+
+
 @pytest.fixture(scope="module")
 def proxy() -> Iterator[str]:
     """The proxy's base URL, two replicas behind it (one kernel thread, one CPU each)."""
-    old = os.environ.get("RAY_USAGE_STATS_ENABLED")
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # no usage report over the network
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    old = {k: os.environ.get(k) for k in CLUSTER_ENV}
+    os.environ.update(CLUSTER_ENV)
     try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         yield deploy(None, replicas=2, port=_free_port(), max_batch=2, ctx=256, threads=1, cpus_per_replica=1,
                      ready_timeout=300)
     finally:
         shutdown()
-        if old is None:
-            os.environ.pop("RAY_USAGE_STATS_ENABLED", None)
-        else:
-            os.environ["RAY_USAGE_STATS_ENABLED"] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def test_requests_reach_both_replicas(proxy: str) -> None:
