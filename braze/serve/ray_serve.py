@@ -170,7 +170,8 @@ def _wait_ready(url: str, timeout: float) -> None:
 
 
 def shutdown() -> None:
-    """Stop the application and Serve, and the Ray cluster if this process started one."""
+    """Stop Serve (its proxies and replicas, on the whole cluster) and disconnect from
+    Ray, which stops a local cluster that this process started."""
     import ray
     from ray import serve
     if ray.is_initialized():
