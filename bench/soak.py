@@ -125,8 +125,13 @@ async def soak(url: str, pid: int, n: int, concurrency: int, max_tokens: int, se
     counts: Counter[tuple[str, str]] = Counter()
     limits = httpx.Limits(max_connections=concurrency * 2)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as c:
-        for i in range(4):  # warm-up: every kind of request once, so compiles are not counted as growth
+        # warm-up: every kind of request, one at a time and then as many at once as the
+        # soak sends, so the engine's step buckets (batch sizes, table widths) are compiled
+        # and captured before the idle RSS is taken: a capture per bucket is not growth
+        for i in range(4):
             await normal(c, i, max_tokens)
+        for _ in range(3):
+            await asyncio.gather(*(normal(c, i, max_tokens) for i in range(concurrency)))
         await c.post("/v1/embeddings", json={"input": "warm"})
         await wait_idle(c)
         rss_before = rss_bytes(pid)

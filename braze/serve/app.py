@@ -273,8 +273,7 @@ def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int =
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        thread = getattr(engine, "_thread", None)
-        alive = thread is not None and thread.is_alive()
+        alive = engine.alive
         m = metrics.refresh()
         return JSONResponse({"status": "ok" if alive else "engine stopped", "running": m.running,
                              "waiting": m.waiting}, status_code=200 if alive else 503)

@@ -91,6 +91,15 @@ class _Seq:
     first_token_at: float | None = None
 
 
+def served_name(path: str | Path) -> str:
+    """The name a model is served under: its file's stem, or its directory's name (the
+    directory above, where it is a generic ``model``, as in a Python package)."""
+    p = Path(path)
+    if p.is_dir():
+        return p.parent.name if p.name == "model" else p.name
+    return p.stem
+
+
 class Engine:
     """A model served to many callers. ``model``: a ``Loaded`` LLM (``models.load_llm``);
     ``embedder``: a ``Loaded`` BERT model for ``embed`` (optional)."""
@@ -101,8 +110,8 @@ class Engine:
             raise InvalidArgument("Engine", f"max_batch={max_batch}: must be >= 1")
         self.loaded, self.embedder = model, embedder
         self.tokenizer = model.tokenizer
-        self.model_name = Path(model.path).stem
-        self.embedder_name = Path(embedder.path).stem if embedder is not None else None
+        self.model_name = served_name(model.path)
+        self.embedder_name = served_name(embedder.path) if embedder is not None else None
         full = model.model.config.context_length
         self.context_length = min(ctx, full) if ctx else full
         self.max_batch, self.queue_limit = max_batch, queue_limit
@@ -131,6 +140,11 @@ class Engine:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+
+    @property
+    def alive(self) -> bool:
+        """Whether the engine's thread is running (it serves requests)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def __enter__(self) -> "Engine":
         return self.start()

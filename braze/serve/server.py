@@ -4,7 +4,6 @@ interrupted, then close the engine."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 from ..models import ModelNotFound, load_embedder, load_llm
@@ -25,15 +24,6 @@ def _embedder(path: str | None, wanted: bool) -> Any:
         return None
 
 
-def served_name(path: str | Path) -> str:
-    """The name a model is served under: its file's stem, or its directory's name (the
-    directory above, where it is a generic ``model``, as in a Python package)."""
-    p = Path(path)
-    if p.is_dir():
-        return p.parent.name if p.name == "model" else p.name
-    return p.stem
-
-
 def serve(model: str | None = None, embedding_model: str | None = None, embeddings: bool = True,
           host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, max_batch: int = 8,
           ctx: int | None = None, queue_limit: int = 256) -> int:
@@ -41,8 +31,6 @@ def serve(model: str | None = None, embedding_model: str | None = None, embeddin
     loaded = load_llm(model)
     engine = Engine(loaded, embedder=_embedder(embedding_model, embeddings), max_batch=max_batch, ctx=ctx,
                     queue_limit=queue_limit)
-    if engine.embedder is not None:
-        engine.embedder_name = served_name(engine.embedder.path)
     if ctx is not None and ctx > loaded.model.config.context_length:
         print(f"braze serve: --ctx {ctx} is past the model's context; using {engine.context_length}",
               file=sys.stderr)

@@ -4,7 +4,7 @@ paged KV cache, chunked prefill, prefix caching, preemption, cancellation."""
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pytest
@@ -45,9 +45,13 @@ def ids_of(smollm: Any, prompt: str) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def reference(smollm: Any) -> dict[str, list[int]]:
-    return {p: list(generate_ids(smollm.model, ids_of(smollm, p), N, eos_ids=smollm.tokenizer.eos_ids))
-            for p in PROMPTS}
+def reference(smollm: Any) -> Iterator[dict[str, list[int]]]:
+    """Single-sequence greedy tokens, fused as the engine runs here (conftest's ``fused``;
+    the paged ops themselves are checked on both executors in tests/test_paged.py)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BRAZE_FUSION", "1")
+        yield {p: list(generate_ids(smollm.model, ids_of(smollm, p), N, eos_ids=smollm.tokenizer.eos_ids))
+               for p in PROMPTS}
 
 
 def run_all(engine: Engine, smollm: Any, prompts: list[str], n: int = N) -> tuple[Collector, list[int]]:

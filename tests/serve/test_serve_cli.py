@@ -9,7 +9,7 @@ import pytest
 
 from braze.cli import build_parser, main
 from braze.models import default_embedder_path, default_llm_path
-from braze.serve.server import served_name
+from braze.serve.engine import served_name
 
 
 @pytest.mark.parametrize("argv", [["--port", "70000"], ["--port", "http"], ["--max-batch", "0"], ["--ctx", "-1"],
