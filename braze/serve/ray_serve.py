@@ -107,6 +107,8 @@ def _deployment(replicas: int, cpus_per_replica: float, threads: int | None, max
             the engine's thread not taking a job within a minute: it runs jobs between
             steps, and a step is well under that) restarts the replica."""
             import asyncio
+            if not self.replica.engine.alive:
+                raise RuntimeError("the engine's thread has stopped")
             await asyncio.wait_for(asyncio.wrap_future(self.replica.engine.run(lambda: None)), 60)
 
         def __del__(self) -> None:

@@ -10,7 +10,6 @@ import socket
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
@@ -22,6 +21,7 @@ if importlib.util.find_spec("braze.serve.app") is None:
     pytest.skip("the HTTP layer (braze.serve.app.create_app) is not on this branch yet", allow_module_level=True)
 
 from braze.models import default_llm_path  # noqa: E402
+from braze.serve.engine import served_name  # noqa: E402
 from braze.serve.ray_serve import REPLICA_HEADER, deploy, shutdown  # noqa: E402
 
 PROMPT = "The capital of France is"
@@ -78,7 +78,7 @@ def test_requests_reach_both_replicas(proxy: str) -> None:
 
 def test_openai_client_through_the_proxy(proxy: str) -> None:
     client = openai.OpenAI(base_url=f"{proxy}/v1", api_key="unused", timeout=180, max_retries=0)
-    model = Path(default_llm_path()).stem
+    model = served_name(default_llm_path())
     assert model in [m.id for m in client.models.list().data]
 
     whole = client.completions.create(model=model, prompt=PROMPT, max_tokens=4, temperature=0)
