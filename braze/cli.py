@@ -238,7 +238,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .serve.server import serve
     return serve(model=args.model, embedding_model=args.embedding_model, embeddings=not args.no_embeddings,
                  host=args.host, port=args.port, api_key=args.api_key or os.environ.get("BRAZE_API_KEY") or None,
-                 max_batch=args.max_batch, ctx=args.ctx, queue_limit=args.queue_limit)
+                 max_batch=args.max_batch, ctx=args.ctx, queue_limit=args.queue_limit, kv_tokens=args.kv_tokens,
+                 replicas=args.replicas)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -289,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--full", action="store_true", help="print every component of each vector")
     e.set_defaults(func=cmd_embed)
     b = sub.add_parser("bench", help="run a benchmark from bench/ (in a source checkout)")
-    b.add_argument("name", choices=["fusion", "attention", "llm"])
+    b.add_argument("name", choices=["fusion", "attention", "llm", "serve"])
     b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     b.set_defaults(func=cmd_bench)
     pp = sub.add_parser("perplexity", help="perplexity of the model over a text file (as llama-perplexity)")
@@ -317,6 +318,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ctx", type=A.positive, default=None, help="context length (default: the model's)")
     s.add_argument("--queue-limit", type=A.queue_limit, default=256,
                    help="requests that may wait for the batch; past it, 429 (default 256)")
+    s.add_argument("--kv-tokens", type=A.positive, default=None,
+                   help="positions the paged KV cache holds for all sequences together (default: 256 MiB "
+                        "worth, at least one full context)")
+    s.add_argument("--replicas", type=A.positive, default=1,
+                   help="engine replicas behind Ray Serve's proxy (more than 1 needs braze's 'scale' extra)")
     s.set_defaults(func=cmd_serve)
     i = sub.add_parser("info", help="describe a model file")
     i.add_argument("file")

@@ -38,6 +38,7 @@ class Request:
     sampling: Sampling = Sampling()
     stop: tuple[str, ...] = ()
     logprobs: int | None = None  # how many top alternatives per token (0: the token's own only); None: off
+    ignore_eos: bool = False  # an end-of-sequence token is a token like any other (benchmarks)
 
 
 @dataclass
@@ -307,7 +308,7 @@ class Engine:
                 top = np.argpartition(-lp, k - 1)[:k]
                 top = top[np.argsort(-lp[top], kind="stable")]
                 ev.top_logprobs = [(int(i), float(lp[i])) for i in top]
-        if tok in self.tokenizer.eos_ids:
+        if tok in self.tokenizer.eos_ids and not s.req.ignore_eos:
             ev.text = s.text.finish()
             ev.completion_tokens = s.generated
             return self._finish(s, "stop", event=ev)

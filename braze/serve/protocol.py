@@ -121,6 +121,7 @@ class Generation:
     logprobs: int | None
     stream: bool
     include_usage: bool
+    ignore_eos: bool = False  # vLLM's and llama-server's: generate past EOS, to max_tokens
 
 
 def _stop(body: Mapping[str, Any]) -> tuple[str, ...]:
@@ -164,7 +165,7 @@ def generation(body: Mapping[str, Any], logprobs: int | None) -> Generation:
                         seed=integer(body, "seed", 0, None))
     stream = boolean(body, "stream")
     return Generation(string(body, "model"), max_tokens, sampling, _stop(body), logprobs, stream,
-                      _stream_options(body, stream))
+                      _stream_options(body, stream), boolean(body, "ignore_eos"))
 
 
 def _content(message: Mapping[str, Any], i: int) -> str:
@@ -240,7 +241,7 @@ def engine_request(engine: Engine, prompt_ids: Sequence[int], g: Generation, par
     if n + max_tokens > ctx:
         raise APIError(400, f"max_tokens is {max_tokens} and the prompt has {n} tokens: together past this model's "
                             f"context of {ctx} tokens", param="max_tokens", code="context_length_exceeded")
-    req = Request(list(prompt_ids), max_tokens, g.sampling, g.stop, g.logprobs)
+    req = Request(list(prompt_ids), max_tokens, g.sampling, g.stop, g.logprobs, g.ignore_eos)
     try:
         engine.check(req)
     except (ShapeMismatch, InvalidArgument) as e:

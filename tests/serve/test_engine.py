@@ -147,3 +147,20 @@ def test_embed_runs_on_the_engine_thread(smollm: Any, minilm: Any) -> None:
     want = minilm.model.embed(batch.ids, batch.attention_mask, batch.type_ids)
     np.testing.assert_allclose(vectors, want, rtol=1e-5, atol=1e-6)
     assert n == int(np.asarray(batch.attention_mask).sum())
+
+
+def test_ignore_eos_generates_past_the_end_of_sequence(smollm: Any) -> None:
+    tok = smollm.tokenizer
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Say hi."}], add_generation_prompt=True)
+    ids = list(tok.encode(prompt, add_special_tokens=True, parse_special=True))
+    col = Collector()
+    with Engine(smollm, max_batch=2) as engine:
+        stops = engine.submit(Request(ids, 48), col)
+        goes_on = engine.submit(Request(ids, 48, ignore_eos=True), col)
+        col.wait([stops, goes_on])
+    assert col.events[stops][-1].finish_reason == "stop"
+    n = len(col.tokens(stops))
+    assert n < 48
+    assert col.events[goes_on][-1].finish_reason == "length"
+    assert col.tokens(goes_on)[:n] == col.tokens(stops)  # the same text, then EOS and more
+    assert col.tokens(goes_on)[n] in tok.eos_ids and len(col.tokens(goes_on)) == 48

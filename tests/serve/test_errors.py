@@ -47,6 +47,7 @@ BAD_CHAT = [
     ({"messages": MESSAGES, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ({"messages": MESSAGES, "stop": 7}, "stop"),
     ({"messages": MESSAGES, "stream": "yes"}, "stream"),
+    ({"messages": MESSAGES, "ignore_eos": 1}, "ignore_eos"),
     ({"messages": MESSAGES, "stream_options": {"include_usage": True}}, "stream_options"),
     ({"messages": MESSAGES, "top_logprobs": 3}, "top_logprobs"),
     ({"messages": MESSAGES, "logprobs": True, "top_logprobs": 50}, "top_logprobs"),
