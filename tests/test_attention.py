@@ -176,11 +176,12 @@ def test_attention_never_allocates_the_score_matrix(monkeypatch: Any) -> None:
     rng = np.random.default_rng(3)
     q, k, v = (braze.from_numpy(rng.standard_normal((1, 1, n, d)).astype(np.float32)) for _ in range(3))
     braze.reset_stats()
+    live = braze.stats()["live_bytes"]  # other tests' tensors share the worker (a server's KV pool)
     out = F.scaled_dot_product_attention(q, k, v, is_causal=True).realize()
     st = braze.stats()
     assert st["kernel_launches"] == 1
     assert st["peak_bytes"] - st["live_bytes"] + out.numel() * 4 <= n * d * 4 * 2, st
-    assert st["peak_bytes"] < n * n, st
+    assert st["peak_bytes"] - live < n * n, st
 
 
 def _hf_float32_softmax(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:

@@ -63,7 +63,7 @@ def run_all(engine: Engine, smollm: Any, prompts: list[str], n: int = N) -> tupl
 
 def test_batched_steps_match_single_sequence_generation(smollm: Any, reference: dict[str, list[int]]) -> None:
     # chunk=16: the long prompt is fed in two chunks while the others decode
-    with Engine(smollm, max_batch=4, chunk=16) as engine:
+    with Engine(smollm, max_batch=4, ctx=512, chunk=16) as engine:
         for _ in range(2):  # the second round replays captured steps
             col, ids = run_all(engine, smollm, PROMPTS)
             for p, sid in zip(PROMPTS, ids):
@@ -74,7 +74,7 @@ def test_batched_steps_match_single_sequence_generation(smollm: Any, reference: 
 
 
 def test_text_and_finish_reason(smollm: Any) -> None:
-    with Engine(smollm, max_batch=2) as engine:
+    with Engine(smollm, max_batch=2, ctx=512) as engine:
         col, (sid,) = run_all(engine, smollm, [PROMPTS[0]], n=3)
     evs = col.events[sid]
     assert evs[-1].finish_reason == "length" and evs[-1].completion_tokens == 3
@@ -84,7 +84,7 @@ def test_text_and_finish_reason(smollm: Any) -> None:
 
 def test_prefix_cache_reuses_blocks_and_gives_the_same_tokens(smollm: Any, reference: dict[str, list[int]]) -> None:
     long = PROMPTS[3]
-    with Engine(smollm, max_batch=2) as engine:
+    with Engine(smollm, max_batch=2, ctx=512) as engine:
         run_all(engine, smollm, [long])
         before = engine.metrics().prefix_hit_tokens
         col, (sid,) = run_all(engine, smollm, [long])
@@ -107,7 +107,7 @@ def test_preemption_when_the_pool_runs_out_gives_the_same_tokens(smollm: Any,
 
 def test_cancel_frees_the_sequence(smollm: Any) -> None:
     col = Collector()
-    with Engine(smollm, max_batch=2) as engine:
+    with Engine(smollm, max_batch=2, ctx=512) as engine:
         first = threading.Event()
 
         def cb(ev: Event) -> None:
@@ -141,7 +141,7 @@ def test_queue_limit_and_bad_requests(smollm: Any) -> None:
 
 def test_embed_runs_on_the_engine_thread(smollm: Any, minilm: Any) -> None:
     texts = ["a cat sat", "on the mat"]
-    with Engine(smollm, embedder=minilm) as engine:
+    with Engine(smollm, embedder=minilm, ctx=512) as engine:
         vectors, n = engine.embed(texts).result(timeout=300)
     batch = minilm.tokenizer.encode_batch(texts)
     want = minilm.model.embed(batch.ids, batch.attention_mask, batch.type_ids)
@@ -154,7 +154,7 @@ def test_ignore_eos_generates_past_the_end_of_sequence(smollm: Any) -> None:
     prompt = tok.apply_chat_template([{"role": "user", "content": "Say hi."}], add_generation_prompt=True)
     ids = list(tok.encode(prompt, add_special_tokens=True, parse_special=True))
     col = Collector()
-    with Engine(smollm, max_batch=2) as engine:
+    with Engine(smollm, max_batch=2, ctx=512) as engine:
         stops = engine.submit(Request(ids, 48), col)
         goes_on = engine.submit(Request(ids, 48, ignore_eos=True), col)
         col.wait([stops, goes_on])
