@@ -13,8 +13,9 @@
  * taken from the float values. The integer dot is AVX-512 VNNI's vpdpbusd (or
  * AVX-VNNI's) where -march=native has it, else a plain loop gcc vectorises.
  *
- * Few rows (decoding): each W row is unpacked once into a row buffer and dotted with
- * every x row (matrix-vector, reads each weight byte once), rows of W in parallel.
+ * Few rows (decoding): one x row is dotted block by block with four W rows unpacked
+ * in registers (matrix-vector, reads each weight byte once); 2..BRAZE_QFEW rows (a
+ * batched step) take strips of W unpacked once for every x row; rows of W in parallel.
  * Many rows (prefill): a block of NT rows of W is dequantized to float once, stored
  * as the k x NT packed tile braze_mm (tile.h) reads, and multiplied by every x row.
  * Float weights (F32, F16, BF16) take the same GEMM path for many rows; at few rows,
@@ -379,12 +380,12 @@ static inline __attribute__((always_inline)) void braze_fblock(const int BS, con
     }
 }
 
-/* sums of x per chunk of CH elements (the offsets' other factor) */
-static inline void braze_chunk_sums(const float *x, int64_t k, int CH, float *xs) {
+/* sums of x per chunk of CH elements (the offsets' other factor), step floats apart */
+static inline void braze_chunk_sums(const float *x, int64_t k, int CH, float *xs, int64_t step) {
     for (int64_t c = 0; c < k / CH; c++) {
         float a = 0.0f;
         for (int i = 0; i < CH; i++) a += x[CH * c + i];
-        xs[c] = a;
+        xs[c * step] = a;
     }
 }
 
@@ -527,28 +528,183 @@ static void braze_qrows(int64_t n, const void *ids, int ids64, const uint8_t *w,
     }
 }
 
+/* ---- few rows, int8x2 (mode 3): W unpacked once for every x row ---------------------
+ * braze_mv unpacks a block for each x row it dots: at 8 rows, 8 unpacks of every block
+ * and a 256-bit dot per block cost ~5 ms per row of SmolLM2's 60 gate/up matmuls. Here
+ * a strip of R rows of W is unpacked once into thread scratch (q, s, o; L1-sized) and
+ * dotted with x rows MT at a time, R x MT sums in registers. The integer dots and the
+ * per-block scales s * dx are the ones braze_qblock takes; only the float order of the
+ * blocks' sums differs. Rows of q, xq and dx are padded with zeros to a whole step. */
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+/* two blocks of 32 per 512-bit vpdpbusd: half the instructions per element */
+#define BRAZE_QS 64
+typedef __m512 braze_qsv;
+typedef __m512i braze_qsi;
+static inline braze_qsi braze_qs_ld(const void *p) { return _mm512_loadu_si512(p); }
+static inline braze_qsv braze_qs_dot(braze_qsi q, braze_qsi xh, braze_qsi xl) {
+    __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xh);
+    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_slli_epi32(p, 7), q, xl));
+}
+/* lanes 4i..4i+3 dot bytes 16i..16i+15: chunk i (CH 16) or i / 2 (CH 32, and dx's blocks) */
+static inline braze_qsv braze_qs_scale(const float *s, const int CH) {
+    const __m512i i16 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    const __m512i i32 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    if (CH == 16) return _mm512_permutexvar_ps(i16, _mm512_castps128_ps512(_mm_loadu_ps(s)));
+    return _mm512_permutexvar_ps(i32, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)s))));
+}
+static inline braze_qsv braze_qs_fma(braze_qsv a, braze_qsv b, braze_qsv c) { return _mm512_fmadd_ps(a, b, c); }
+static inline float braze_qs_sum(braze_qsv a) { return _mm512_reduce_add_ps(a); }
+#elif defined(BRAZE_VNNI)
+#define BRAZE_QS 32
+typedef __m256 braze_qsv;
+typedef __m256i braze_qsi;
+static inline braze_qsi braze_qs_ld(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline braze_qsv braze_qs_dot(braze_qsi q, braze_qsi xh, braze_qsi xl) {
+    __m256i p = BRAZE_DPBUSD(_mm256_setzero_si256(), q, xh);
+    return _mm256_cvtepi32_ps(BRAZE_DPBUSD(_mm256_slli_epi32(p, 7), q, xl));
+}
+static inline braze_qsv braze_qs_scale(const float *s, const int CH) {
+    return CH == 16 ? _mm256_set_m128(_mm_broadcast_ss(s + 1), _mm_broadcast_ss(s)) : _mm256_broadcast_ss(s);
+}
+static inline braze_qsv braze_qs_fma(braze_qsv a, braze_qsv b, braze_qsv c) { return _mm256_fmadd_ps(a, b, c); }
+static inline float braze_qs_sum(braze_qsv a) { return braze_qacc_sum(a); }
+#else
+/* plain C: the two chunks of 16 of a block of 32, as braze_qblock's loop takes them */
+#define BRAZE_QS 32
+typedef float braze_qsv __attribute__((vector_size(8)));
+typedef const void *braze_qsi;
+static inline braze_qsi braze_qs_ld(const void *p) { return p; }
+static inline braze_qsv braze_qs_dot(braze_qsi q, braze_qsi xh, braze_qsi xl) {
+    braze_qsv r;
+    for (int c = 0; c < 2; c++) {
+        int32_t t = 0;
+        for (int i = 16 * c; i < 16 * c + 16; i++)
+            t += (int32_t)((const uint8_t *)q)[i] * (128 * (int32_t)((const int8_t *)xh)[i] + ((const int8_t *)xl)[i]);
+        r[c] = (float)t;
+    }
+    return r;
+}
+static inline braze_qsv braze_qs_scale(const float *s, const int CH) { return (braze_qsv){s[0], s[CH == 16]}; }
+static inline braze_qsv braze_qs_fma(braze_qsv a, braze_qsv b, braze_qsv c) { return a * b + c; }
+static inline float braze_qs_sum(braze_qsv a) { return a[0] + a[1]; }
+#endif
+#define BRAZE_QSTRIP_R 4  /* rows of W per strip */
+#define BRAZE_QSTRIP_M 4  /* x rows per pass over a strip: R x M sums and R rows of q in registers */
+static inline int64_t braze_qs_pad(int64_t k) { return (k + BRAZE_QS - 1) / BRAZE_QS * BRAZE_QS; }
+
+/* R rows of q (kp bytes apart, scales s kp / CH apart) against MT x rows (hi then lo
+ * bytes, 2 kp apart; dx kp / 32 apart): dot[x * R + r], without the offsets */
+static inline __attribute__((always_inline)) void braze_qs_tile(const int R, const int MT, const int CH,
+        int64_t kp, const uint8_t *restrict q, const float *restrict s, const int8_t *restrict xq,
+        const float *restrict dx, float *restrict dot) {
+    braze_qsv acc[BRAZE_QSTRIP_M][BRAZE_QSTRIP_R];
+    for (int x = 0; x < MT; x++)
+        for (int r = 0; r < R; r++) acc[x][r] = (braze_qsv){0};
+    for (int64_t e = 0; e < kp; e += BRAZE_QS) {
+        braze_qsi qv[BRAZE_QSTRIP_R];
+        braze_qsv sv[BRAZE_QSTRIP_R];
+        for (int r = 0; r < R; r++) {
+            qv[r] = braze_qs_ld(q + r * kp + e);
+            sv[r] = braze_qs_scale(s + r * (kp / CH) + e / CH, CH);
+        }
+        for (int x = 0; x < MT; x++) {
+            const int8_t *xr = xq + 2 * x * kp + e;
+            braze_qsi xh = braze_qs_ld(xr), xl = braze_qs_ld(xr + kp);
+            braze_qsv dv = braze_qs_scale(dx + x * (kp / 32) + e / 32, 32);
+            for (int r = 0; r < R; r++) acc[x][r] = braze_qs_fma(braze_qs_dot(qv[r], xh, xl), sv[r] * dv, acc[x][r]);
+        }
+    }
+    for (int x = 0; x < MT; x++)
+        for (int r = 0; r < R; r++) dot[x * R + r] = braze_qs_sum(acc[x][r]);
+}
+/* out[x * BRAZE_QEPN + r] += the offsets of R W rows (o, nch chunks each) for m x
+ * rows: o times x's chunk sums, stored chunk-major (xs[c * BRAZE_QFEW + x]) so that a
+ * chunk's sums are one vector, a lane per x row (a dot over chunks per pair of rows,
+ * or a scalar loop over x rows, was a fifth to a quarter of the time). */
+typedef float braze_qsx __attribute__((vector_size(4 * BRAZE_QFEW), aligned(4), may_alias));
+static inline __attribute__((always_inline)) void braze_qs_offsets(const int R, int64_t m, int64_t nch,
+        const float *restrict o, const float *restrict xs, float *restrict out) {
+    braze_qsx off[BRAZE_QSTRIP_R];
+    for (int r = 0; r < R; r++) off[r] = (braze_qsx){0};
+    for (int64_t c = 0; c < nch; c++) {
+        braze_qsx v = *(const braze_qsx *)(xs + c * BRAZE_QFEW);
+        for (int r = 0; r < R; r++) off[r] += o[r * nch + c] * v;
+    }
+    for (int64_t x = 0; x < m; x++)
+        for (int r = 0; r < R; r++) out[x * BRAZE_QEPN + r] += off[r][x];
+}
+
+/* Columns j0..j0+nj of NW weights for m x rows (xq, dx, xs as braze_qlinear lays them
+ * out in mode 3), R rows of W per strip, into t[i][r * BRAZE_QEPN + j - j0]. */
+#define BRAZE_QSTRIPS(T, BS, TS, CH)                                                                          \
+static inline __attribute__((always_inline)) void braze_qstrip_##T(const int R, int64_t m, int64_t k,        \
+        const uint8_t *w, int64_t ldw, const char *xq, const float *dx, const float *xs, float *out) {        \
+    const int64_t kp = braze_qs_pad(k), nch = k / CH;                                                        \
+    uint8_t *q = (uint8_t *)braze_q_scratch(1, (size_t)BRAZE_QSTRIP_R * (kp + 8 * (kp / 16 + 4)));            \
+    float *s = (float *)(q + BRAZE_QSTRIP_R * kp), *o = s + BRAZE_QSTRIP_R * (kp / 16 + 4);                   \
+    for (int r = 0; r < R; r++) {                                                                            \
+        uint8_t *qr = q + r * kp; float *sr = s + r * (kp / CH);                                             \
+        for (int64_t b = 0; b < k / BS; b++) {                                                               \
+            /* 8R rows ahead into L2, as braze_mv does */                                                    \
+            for (int l = 0; l < TS; l += 64) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS + l, 0, 2);   \
+            braze_unpack_##T(w + r * ldw + b * TS, qr + b * BS, sr + b * (BS / CH), o + r * nch + b * (BS / CH)); \
+        }                                                                                                    \
+        if (kp > k) { memset(qr + k, 0, (size_t)(kp - k)); memset(sr + nch, 0, (size_t)(kp / CH - nch) * 4); } \
+    }                                                                                                        \
+    float dot[BRAZE_QSTRIP_M * BRAZE_QSTRIP_R];                                                              \
+    for (int64_t x0 = 0; x0 < m; x0 += BRAZE_QSTRIP_M) {                                                     \
+        const int64_t mt = m - x0 < BRAZE_QSTRIP_M ? m - x0 : BRAZE_QSTRIP_M;                                \
+        const int8_t *xr = (const int8_t *)xq + x0 * 2 * kp;                                                 \
+        const float *dr = dx + x0 * (kp / 32);                                                               \
+        /* MT a literal: the sums stay in registers */                                                       \
+        if (mt == 4) braze_qs_tile(R, 4, CH, kp, q, s, xr, dr, dot);                                         \
+        else if (mt == 3) braze_qs_tile(R, 3, CH, kp, q, s, xr, dr, dot);                                    \
+        else if (mt == 2) braze_qs_tile(R, 2, CH, kp, q, s, xr, dr, dot);                                    \
+        else braze_qs_tile(R, 1, CH, kp, q, s, xr, dr, dot);                                                 \
+        for (int64_t x = 0; x < mt; x++)                                                                     \
+            for (int r = 0; r < R; r++) out[(x0 + x) * BRAZE_QEPN + r] = dot[x * R + r];                    \
+    }                                                                                                        \
+    braze_qs_offsets(R, m, nch, o, xs, out);                                                                 \
+}                                                                                                            \
+static inline __attribute__((always_inline)) void braze_qstrips_##T(const int NW, int64_t m, int64_t j0,     \
+        int64_t nj, int64_t k, const uint8_t *const *w, int64_t ldw, const float *x, int64_t lda,            \
+        const char *xq, int64_t xsz, const float *dx, const float *xs, float (*t)[BRAZE_QFEW * BRAZE_QEPN]) { \
+    (void)x; (void)lda; (void)xsz;                                                                           \
+    for (int64_t j = j0; j < j0 + nj; j += BRAZE_QSTRIP_R)                                                   \
+        for (int i = 0; i < NW; i++) {                                                                       \
+            if (j + BRAZE_QSTRIP_R <= j0 + nj)                                                               \
+                braze_qstrip_##T(BRAZE_QSTRIP_R, m, k, w[i] + j * ldw, ldw, xq, dx, xs, t[i] + (j - j0));     \
+            else                                                                                             \
+                for (int64_t jj = 0; j + jj < j0 + nj; jj++)                                                 \
+                    braze_qstrip_##T(1, m, k, w[i] + (j + jj) * ldw, ldw, xq, dx, xs, t[i] + (j + jj - j0)); \
+        }                                                                                                    \
+}
+
 /* The few-rows path of every type, over its braze_mv_##T (R rows of W against one x row:
  * x float when MODE is 0, else xq, quantized, with scales dx and chunk sums xs):
  * braze_mvcols_##T takes columns j0..j0+nj of NW weights (NW a literal where inlined),
  * four rows of W at a time, each against every x row, into t[i][r * BRAZE_QEPN + j - j0];
- * braze_qcols_##T runs blocks of columns in parallel and the epilogue over each. */
-#define BRAZE_QCOLS(T, MODE, CH)                                                                             \
+ * BRAZE_QCOLS(NAME, COLS) runs blocks of columns in parallel, by COLS (braze_mvcols_##T,
+ * or braze_qstrips_##T), and the epilogue over each. */
+#define BRAZE_MVCOLS(T, MODE, CH)                                                                            \
 static inline __attribute__((always_inline)) void braze_mvcols_##T(const int NW, int64_t m, int64_t j0,     \
         int64_t nj, int64_t k, const uint8_t *const *w, int64_t ldw, const float *x, int64_t lda,            \
         const char *xq, int64_t xsz, const float *dx, const float *xs, float (*t)[BRAZE_QFEW * BRAZE_QEPN]) { \
     for (int64_t j = j0; j < j0 + nj; j += 4)                                                                \
         for (int i = 0; i < NW; i++)                                                                         \
             for (int64_t r = 0; r < m; r++) {                                                                \
-                const void *xr = MODE == 0 ? (const void *)(x + r * lda) : (const void *)(xq + r * k * xsz); \
-                const float *dr = dx ? dx + r * (k / 32) : dx, *sr = xs ? xs + r * (k / CH) : xs;            \
+                const int64_t kx = MODE == 3 ? braze_qs_pad(k) : k;  /* x's rows as braze_qlinear pads them */ \
+                const void *xr = MODE == 0 ? (const void *)(x + r * lda) : (const void *)(xq + r * kx * xsz); \
+                const float *dr = dx ? dx + r * (kx / 32) : dx, *sr = xs ? xs + r * (k / CH) : xs;           \
                 float *out = t[i] + r * BRAZE_QEPN + (j - j0);                                               \
                 if (j + 4 <= j0 + nj) braze_mv_##T(4, k, w[i] + j * ldw, ldw, xr, dr, sr, out);              \
                 else                                                                                         \
                     for (int64_t jj = 0; j + jj < j0 + nj; jj++)                                             \
                         braze_mv_##T(1, k, w[i] + (j + jj) * ldw, ldw, xr, dr, sr, out + jj);                \
             }                                                                                                \
-}                                                                                                            \
-static inline void braze_qcols_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda,             \
+}
+#define BRAZE_QCOLS(NAME, COLS)                                                                              \
+static inline void NAME(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda,             \
         const uint8_t *const *w, int nw, int64_t ldw, braze_qep_fn ep, void **args, int64_t nthreads,        \
         const char *xq, int64_t xsz, const float *dx, const float *xs) {                                     \
     int par = nthreads > 1 && nw * n * ldw >= BRAZE_QPAR_MIN;                                                \
@@ -559,8 +715,8 @@ static inline void braze_qcols_##T(int64_t m, int64_t n, int64_t k, const float 
         float t[BRAZE_QMAXW][BRAZE_QFEW * BRAZE_QEPN], *acc[BRAZE_QMAXW];                                    \
         int64_t nj = n - j0 < cols ? n - j0 : cols;                                                          \
         for (int i = 0; i < nw; i++) acc[i] = t[i];                                                          \
-        if (nw == 1) braze_mvcols_##T(1, m, j0, nj, k, w, ldw, x, lda, xq, xsz, dx, xs, t);                   \
-        else braze_mvcols_##T(nw, m, j0, nj, k, w, ldw, x, lda, xq, xsz, dx, xs, t);                         \
+        if (nw == 1) COLS(1, m, j0, nj, k, w, ldw, x, lda, xq, xsz, dx, xs, t);                              \
+        else COLS(nw, m, j0, nj, k, w, ldw, x, lda, xq, xsz, dx, xs, t);                                    \
         ep(args, 0, m, j0, nj, acc, BRAZE_QEPN);                                                             \
     }                                                                                                        \
 }
@@ -596,7 +752,7 @@ static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int6
             if (MODE == 0) braze_fblock(BS, CH, q[r], s[r], (const float *)x + b * BS, &accf[r]);            \
             else if (MODE == 1) braze_qblock(BS, CH, q[r], s[r], (const int8_t *)x + b * BS, NULL, d, &acci[r]); \
             else if (MODE == 3)                                                                              \
-                braze_qblock(BS, CH, q[r], s[r], (const int8_t *)x + b * BS, (const int8_t *)x + k + b * BS, d, &acci[r]); \
+                braze_qblock(BS, CH, q[r], s[r], (const int8_t *)x + b * BS, (const int8_t *)x + braze_qs_pad(k) + b * BS, d, &acci[r]); \
             else braze_wblock(BS, CH, q[r], s[r], (const int16_t *)x + b * BS, d, &accf[r]);                 \
         }                                                                                                    \
     }                                                                                                        \
@@ -604,7 +760,10 @@ static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int6
         y[r] = (MODE == 1 || MODE == 3 ? braze_qacc_sum(acci[r]) : braze_v8_hsum(braze_vf_add8(accf[r])))    \
                + off[r] + braze_v8_hsum(offv[r]);                                                            \
 }                                                                                                            \
-BRAZE_QCOLS(T, MODE, CH)                                                                                     \
+BRAZE_MVCOLS(T, MODE, CH)                                                                                    \
+BRAZE_QSTRIPS(T, BS, TS, CH)                                                                                 \
+BRAZE_QCOLS(braze_qcols_##T, braze_mvcols_##T)                                                              \
+BRAZE_QCOLS(braze_qscols_##T, braze_qstrips_##T)                                                             \
 static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda,                 \
         const uint8_t *const *w, int nw, int64_t ldw, braze_qep_fn ep, braze_qpro_fn pro, void **args,       \
         int64_t nthreads) {                                                                                  \
@@ -612,17 +771,26 @@ static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, i
     if (m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, braze_rowf_##T); return; } \
     /* x, once per call: sums per chunk for the offsets; int8/int16 blocks and their scales */             \
     const int64_t xsz = MODE == 1 ? 1 : 2;  /* bytes of x per element: int8x2 keeps hi then lo per row */    \
-    float *xs = (float *)braze_q_scratch(0, (size_t)m * ((k / CH) * 4 + (k / 32) * 4 + k * xsz));             \
-    float *dx = xs + m * (k / CH);                                                                           \
-    char *xq = (char *)(dx + m * (k / 32));                                                                  \
+    const int64_t kx = MODE == 3 ? braze_qs_pad(k) : k;  /* the strips' rows are padded with zeros */        \
+    /* x's chunk sums, per row; for the strips (mode 3, m > 1) chunk-major, BRAZE_QFEW lanes a chunk */      \
+    const int64_t xstep = MODE == 3 && m > 1 ? BRAZE_QFEW : 1, nxs = xstep > 1 ? BRAZE_QFEW : m;              \
+    float *xs = (float *)braze_q_scratch(0, (size_t)nxs * (k / CH) * 4 + (size_t)m * ((kx / 32) * 4 + kx * xsz)); \
+    float *dx = xs + nxs * (k / CH);                                                                         \
+    if (xstep > 1) memset(xs, 0, (size_t)nxs * (k / CH) * 4);  /* the lanes past m */                       \
+    char *xq = (char *)(dx + m * (kx / 32));                                                                 \
     for (int64_t r = 0; r < m; r++) {                                                                        \
-        braze_chunk_sums(x + r * lda, k, CH, xs + r * (k / CH));                                             \
-        if (MODE == 1 || MODE == 3)                                                                          \
-            braze_quantize_row(x + r * lda, k, (int8_t *)xq + r * k * xsz, MODE == 3 ? (int8_t *)xq + r * k * xsz + k : NULL, \
-                               dx + r * (k / 32));                                                           \
+        braze_chunk_sums(x + r * lda, k, CH, xstep > 1 ? xs + r : xs + r * (k / CH), xstep);                 \
+        if (MODE == 1 || MODE == 3) {                                                                        \
+            int8_t *hi = (int8_t *)xq + r * kx * xsz, *lo = MODE == 3 ? hi + kx : NULL;                       \
+            braze_quantize_row(x + r * lda, k, hi, lo, dx + r * (kx / 32));                                  \
+            if (lo) { memset(hi + k, 0, (size_t)(kx - k)); memset(lo + k, 0, (size_t)(kx - k));              \
+                      memset(dx + r * (kx / 32) + k / 32, 0, (size_t)(kx - k) / 32 * 4); }                    \
+        }                                                                                                    \
         if (MODE == 2) braze_quantize_row16(x + r * lda, k, (int16_t *)xq + r * k, dx + r * (k / 32));       \
     }                                                                                                        \
-    braze_qcols_##T(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, xq, xsz, dx, xs);                       \
+    /* one row: braze_mv, its unpack in registers; more (mode 3): the strips, each in its own parallel loop */ \
+    if (MODE == 3 && m > 1) braze_qscols_##T(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, xq, xsz, dx, xs); \
+    else braze_qcols_##T(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, xq, xsz, dx, xs);                  \
 }
 
 /* A float type's kernel: dot products for few rows, the GEMM for many. Few rows: R rows
@@ -647,7 +815,8 @@ static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int6
         for (int r = 0; r < R; r++) tail[r] += braze_ld1_##T(w + r * ldw, i) * x[i];                         \
     for (int r = 0; r < R; r++) y[r] = braze_v8_hsum(braze_vf_add8(acc[r])) + tail[r];                       \
 }                                                                                                            \
-BRAZE_QCOLS(T, 0, 32)                                                                                        \
+BRAZE_MVCOLS(T, 0, 32)                                                                                       \
+BRAZE_QCOLS(braze_qcols_##T, braze_mvcols_##T)                                                              \
 static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda,                 \
         const uint8_t *const *w, int nw, int64_t ldw, braze_qep_fn ep, braze_qpro_fn pro, void **args,       \
         int64_t nthreads) {                                                                                  \
