@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..capture import StepCapture
+from ..codegen.quant import FEW
 from ..creation import from_numpy
 from ..generate import PREFILL_BUCKETS, before_replay
 from ..nn.paged import PagedIndex, PagedKVCache
@@ -38,6 +39,10 @@ if TYPE_CHECKING:
     from .engine import _Seq
 
 BLOCK_SIZE = 16
+# Rows per decoding step: the quantized matmul's integer matrix-vector path reads each
+# weight once for up to 8 rows (codegen/quant.py's FEW); past it the GEMM path costs
+# ~3x as much for 16 rows as two steps of 8 (bench/RESULTS.md, fifth session).
+DECODE_ROWS = FEW
 KV_BUDGET = 256 << 20  # the pool's default size in bytes (at least one full context; at most max_batch)
 
 
@@ -140,8 +145,8 @@ class PagedRunner:
                     and s not in preempted]
         ready = [s for s in decoding if self._grow(s, s.state.cached + 1, running, preempted)]
         ready = [s for s in ready if s not in preempted]
-        if ready:
-            self._decode(ready)
+        for i in range(0, len(ready), DECODE_ROWS):
+            self._decode(ready[i:i + DECODE_ROWS])
         return preempted
 
     def _prefill(self, s: "_Seq", running: list["_Seq"], preempted: list["_Seq"]) -> None:
@@ -168,7 +173,7 @@ class PagedRunner:
             s.logits = np.array(logits[0])
 
     def _decode(self, seqs: list["_Seq"]) -> None:
-        b = min(_pow2(len(seqs)), self.max_batch)
+        b = min(_pow2(len(seqs)), self.max_batch, DECODE_ROWS)
         width = _pow2(max(len(s.state.blocks) for s in seqs))
         k = self._bucket(b, 1, width)
         k.ids[:] = 0
