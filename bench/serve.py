@@ -92,7 +92,7 @@ HOST = "127.0.0.1"
 
 BRAZE_CMD = (
     "{python} -m braze.cli serve --model {model} --host {host} --port {port} --max-batch {max_batch} --ctx {slot_ctx} "
-    "--no-embeddings")
+    "--no-embeddings --warmup")  # steps captured before the first request, as llama-server reserves its graphs
 LLAMA_CMD = ("{llama_server} -m {model} --host {host} --port {port} --parallel {parallel} -c {ctx} -t {threads} "
              "-tb {threads} --metrics --no-webui")
 

@@ -239,7 +239,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(model=args.model, embedding_model=args.embedding_model, embeddings=not args.no_embeddings,
                  host=args.host, port=args.port, api_key=args.api_key or os.environ.get("BRAZE_API_KEY") or None,
                  max_batch=args.max_batch, ctx=args.ctx, queue_limit=args.queue_limit, kv_tokens=args.kv_tokens,
-                 replicas=args.replicas, chunk=args.prefill_chunk)
+                 replicas=args.replicas, chunk=args.prefill_chunk, warmup=args.warmup)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -325,6 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prompt tokens fed per engine turn beside the decoding batch: smaller keeps "
                         "inter-token latency steady while prompts arrive, larger gives a faster first token "
                         "(default 256)")
+    s.add_argument("--warmup", action="store_true",
+                   help="capture every decoding step shape before serving (steadier latency from the first "
+                        "request; start-up takes longer)")
     s.add_argument("--replicas", type=A.positive, default=1,
                    help="engine replicas behind Ray Serve's proxy (more than 1 needs braze's 'scale' extra)")
     s.set_defaults(func=cmd_serve)

@@ -273,10 +273,11 @@ def create_app(engine: Engine, api_key: str | None = None, max_body_bytes: int =
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        alive = engine.alive
+        alive, warming = engine.alive, engine.warming
         m = metrics.refresh()
-        return JSONResponse({"status": "ok" if alive else "engine stopped", "running": m.running,
-                             "waiting": m.waiting}, status_code=200 if alive else 503)
+        status = "engine stopped" if not alive else "warming up" if warming else "ok"
+        return JSONResponse({"status": status, "running": m.running, "waiting": m.waiting},
+                            status_code=200 if status == "ok" else 503)
 
     @app.get("/metrics")
     async def prometheus() -> Response:

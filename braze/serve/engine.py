@@ -106,7 +106,8 @@ class Engine:
     ``embedder``: a ``Loaded`` BERT model for ``embed`` (optional)."""
 
     def __init__(self, model: Any, embedder: Any = None, max_batch: int = 8, ctx: int | None = None,
-                 queue_limit: int = 256, kv_tokens: int | None = None, chunk: int = 256) -> None:
+                 queue_limit: int = 256, kv_tokens: int | None = None, chunk: int = 256,
+                 warmup: bool = False) -> None:
         if max_batch < 1:
             raise InvalidArgument("Engine", f"max_batch={max_batch}: must be >= 1")
         self.loaded, self.embedder = model, embedder
@@ -125,6 +126,7 @@ class Engine:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._m = Metrics()
+        self._warmup = warmup  # capture every decoding bucket on the engine's thread before serving
         self._runner = PagedRunner(model.model, self.context_length, max_batch, kv_tokens, chunk)
 
     # -- the callers' side (any thread) --------------------------------------------------
@@ -146,6 +148,11 @@ class Engine:
     def alive(self) -> bool:
         """Whether the engine's thread is running (it serves requests)."""
         return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def warming(self) -> bool:
+        """Whether the engine is still capturing its steps (``warmup``): requests wait."""
+        return self._warmup
 
     def __enter__(self) -> "Engine":
         return self.start()
@@ -223,6 +230,9 @@ class Engine:
 
     # -- the engine's thread --------------------------------------------------------------
     def _loop(self) -> None:
+        if self._warmup:
+            self._runner.warm()
+            self._warmup = False
         while True:
             with self._lock:
                 while not (self._stop or self._waiting or self._running or self._jobs):

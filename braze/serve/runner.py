@@ -133,6 +133,27 @@ class PagedRunner:
             st.blocks.append(b)
         return True
 
+    def warm(self) -> int:
+        """Record and capture every decoding bucket (batch sizes x table widths up to the
+        context) before any request, as a server captures its CUDA graphs at start: a
+        bucket's first runs record the model (~100 ms each), which would otherwise land
+        between two tokens of a running sequence. Rows are all padding (block 0). Returns
+        the number of buckets."""
+        sizes = sorted({min(_pow2(n), self.max_batch, DECODE_ROWS) for n in range(1, self.max_batch + 1)})
+        widths = sorted({min(_pow2(w), self.max_width) for w in range(1, self.max_width + 1)})
+        for b in sizes:
+            for w in widths:
+                k = self._bucket(b, 1, w)
+                k.ids[:] = 0
+                k.index.pos[:] = 0
+                k.index.slots[:] = TRASH * BLOCK_SIZE
+                k.index.table[:] = TRASH
+                for _ in range(4):  # a static capture is ready after two matching runs
+                    self._run(k, [0], prefill=False)
+                    if k.capture is None or k.capture.ready or k.capture.reason:
+                        break
+        return len(sizes) * len(widths)
+
     # -- a turn -----------------------------------------------------------------------------
     def step(self, running: list["_Seq"]) -> list["_Seq"]:
         """Feed every running sequence what it can this turn; set ``logits`` on those

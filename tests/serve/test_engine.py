@@ -164,3 +164,15 @@ def test_ignore_eos_generates_past_the_end_of_sequence(smollm: Any) -> None:
     assert col.events[goes_on][-1].finish_reason == "length"
     assert col.tokens(goes_on)[:n] == col.tokens(stops)  # the same text, then EOS and more
     assert col.tokens(goes_on)[n] in tok.eos_ids and len(col.tokens(goes_on)) == 48
+
+
+def test_warmup_captures_every_decoding_bucket_before_serving(smollm: Any, reference: dict[str, list[int]]) -> None:
+    with Engine(smollm, max_batch=2, ctx=64, warmup=True) as engine:
+        col, ids = run_all(engine, smollm, PROMPTS[:2])
+        assert not engine.warming
+        buckets = {key: b.capture for key, b in engine._runner.buckets.items() if key[1] == 1}
+    # batch 1 and 2, table widths 1, 2, 4 (64 positions of 16): all captured by the warm-up
+    assert sorted(buckets) == [(b, 1, w) for b in (1, 2) for w in (1, 2, 4)]
+    assert all(c is not None and c.ready for c in buckets.values())
+    for p, sid in zip(PROMPTS[:2], ids):
+        assert col.tokens(sid) == reference[p], p
