@@ -16,6 +16,10 @@ DATA = Path(__file__).parent / "data"
 # program be compiled for a few shapes (instead of braze's default 2) so that the fused
 # run of the suite exercises compiled kernels on many shapes, at a bounded compile cost.
 os.environ.setdefault("BRAZE_SHAPE_VARIANTS", "6")
+# A test worker lives through ~1,400 tests, each with programs of its own (the idiom
+# corpus alone is hundreds): past braze's default cap of 512 programs a process, later
+# tests would run on the reference executor and their fused checks would fail.
+os.environ.setdefault("BRAZE_PLAN_CAP", "100000")
 
 # In CI, hypothesis draws the same examples every run (a submission's verdict must not
 # depend on luck); on developers' machines it explores new ones each run.
