@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import sys
 import glob
 import os
 import platform
@@ -237,3 +238,16 @@ def write_results(res: dict[str, Any], md: str, out_dir: str, name: str, smoke: 
     (out / f"{stem}.json").write_text(json.dumps(res, indent=1) + "\n")
     print(md)
     log(f"wrote {out / stem}.json ({res['seconds']:.0f} s)")
+
+
+def model_file(model: str | None, who: str) -> str | None:
+    """The GGUF file a benchmark runs (default: the default model), or None after
+    saying on stderr that it does not exist."""
+    from pathlib import Path
+
+    from braze.models import default_llm_path
+    path = str(Path(model) if model else default_llm_path())
+    if not Path(path).is_file():
+        print(f"{who}: no such model file: {path}", file=sys.stderr, flush=True)
+        return None
+    return path

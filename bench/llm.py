@@ -487,16 +487,13 @@ def main(argv: list[str] | None = None) -> int:
                                              args.reps, args.tg_reps) < 1:
         ap.error("--threads, the token counts and the repetitions must be positive")
 
-    from braze.models import default_llm_path
-
-    from .harness import loadavg, machine
+    from .harness import loadavg, machine, model_file
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    model = str(Path(args.model) if args.model else default_llm_path())
-    if not Path(model).is_file():
-        log(f"braze bench llm: no such model file: {model}")
+    model = model_file(args.model, "braze bench llm")
+    if model is None:
         return 1
     model_name = Path(model).name
     mach = machine()

@@ -659,16 +659,13 @@ def main(argv: list[str] | None = None) -> int:
         print("bench.serve needs httpx: pip install httpx (it is in braze's dev extra)", file=sys.stderr)
         return 1
 
-    from braze.models import default_llm_path
-
-    from .harness import loadavg, machine
+    from .harness import loadavg, machine, model_file
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    model = str(Path(args.model) if args.model else default_llm_path())
-    if not Path(model).is_file():
-        log(f"bench.serve: no such model file: {model}")
+    model = model_file(args.model, "bench.serve")
+    if model is None:
         return 1
     servers: list[Server] = []
     for name in [s.strip() for s in args.servers.split(",") if s.strip()]:

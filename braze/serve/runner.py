@@ -23,7 +23,7 @@ compute its tokens again when there is room (vLLM's recompute preemption).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -35,8 +35,16 @@ from ..nn.paged import PagedIndex, PagedKVCache
 from ..stream import fusion_enabled
 from .blocks import TRASH, BlockPool, prefix_hashes
 
-if TYPE_CHECKING:
-    from .engine import _Seq
+
+class Fed(Protocol):
+    """What the runner reads and sets of a sequence (the engine's own record of it)."""
+
+    history: list[int]  # prompt and generated tokens
+    state: Any  # the runner's ``SeqState`` while admitted, else None
+    logits: np.ndarray | None  # the next token's, once due
+
+
+S = TypeVar("S", bound=Fed)
 
 BLOCK_SIZE = 16
 # Rows per decoding step: the quantized matmul's integer matrix-vector path reads each
@@ -87,7 +95,7 @@ class PagedRunner:
     def blocks(self) -> tuple[int, int]:
         return self.pool.used, self.pool.blocks - 1
 
-    def can_admit(self, s: "_Seq") -> bool:
+    def can_admit(self, s: S) -> bool:
         hashes = prefix_hashes(s.history, BLOCK_SIZE)
         hits = 0
         for h in hashes[:(len(s.history) - 1) // BLOCK_SIZE]:
@@ -97,7 +105,7 @@ class PagedRunner:
         need = -(-(len(s.history) + 1) // BLOCK_SIZE) - hits
         return need <= self.pool.available
 
-    def admit(self, s: "_Seq") -> int:
+    def admit(self, s: S) -> int:
         """Take the cached blocks of the longest prefix of ``s`` (all but its last token);
         returns how many tokens they hold."""
         hashes = prefix_hashes(s.history, BLOCK_SIZE)
@@ -110,13 +118,13 @@ class PagedRunner:
         s.state = SeqState(blocks, len(blocks) * BLOCK_SIZE, hashes)
         return s.state.cached
 
-    def release(self, s: "_Seq") -> None:
+    def release(self, s: S) -> None:
         st: SeqState | None = s.state
         if st is not None:
             self.pool.release(st.blocks)
         s.state = None
 
-    def _grow(self, s: "_Seq", upto: int, running: list["_Seq"], preempted: list["_Seq"]) -> bool:
+    def _grow(self, s: S, upto: int, running: list[S], preempted: list[S]) -> bool:
         """Blocks for positions < ``upto``; preempt the youngest other sequence when the
         pool is out. False when ``s`` itself had to go."""
         st: SeqState = s.state
@@ -155,10 +163,10 @@ class PagedRunner:
         return len(sizes) * len(widths)
 
     # -- a turn -----------------------------------------------------------------------------
-    def step(self, running: list["_Seq"]) -> list["_Seq"]:
+    def step(self, running: list[S]) -> list[S]:
         """Feed every running sequence what it can this turn; set ``logits`` on those
         whose next token is due. Returns the sequences preempted (state released)."""
-        preempted: list[_Seq] = []
+        preempted: list[S] = []
         prefill = next((s for s in running if len(s.history) - s.state.cached > 1), None)
         if prefill is not None:
             self._prefill(prefill, running, preempted)
@@ -170,7 +178,7 @@ class PagedRunner:
             self._decode(ready[i:i + DECODE_ROWS])
         return preempted
 
-    def _prefill(self, s: "_Seq", running: list["_Seq"], preempted: list["_Seq"]) -> None:
+    def _prefill(self, s: S, running: list[S], preempted: list[S]) -> None:
         st: SeqState = s.state
         start = st.cached
         n = min(self.chunk, len(s.history) - start)
@@ -193,7 +201,7 @@ class PagedRunner:
         if st.cached == len(s.history):
             s.logits = np.array(logits[0])
 
-    def _decode(self, seqs: list["_Seq"]) -> None:
+    def _decode(self, seqs: list[S]) -> None:
         b = min(_pow2(len(seqs)), self.max_batch, DECODE_ROWS)
         width = _pow2(max(len(s.state.blocks) for s in seqs))
         k = self._bucket(b, 1, width)
