@@ -114,9 +114,16 @@ def held(monkeypatch: Any) -> Iterator[threading.Event]:
     go = threading.Event()
     real = units._compile_elsewhere
 
-    def slow(todo: Any) -> None:
-        assert go.wait(60)
-        real(todo)
+    class Slow:  # the compiler process starts only once the test says so
+        def __init__(self, todo: Any) -> None:
+            self.todo = todo
+
+        def wait(self) -> int:
+            assert go.wait(60)
+            return real(self.todo).wait()
+
+    def slow(todo: Any) -> Slow:
+        return Slow(todo)
 
     monkeypatch.setattr(units, "_compile_elsewhere", slow)
     monkeypatch.setattr(units, "HEAVY_CHARS", 1)  # every kernel heavy: each its own unit
@@ -253,7 +260,7 @@ def test_the_whole_modules_land_in_the_cache_after_a_short_process_ends(tmp_path
         if second.stdout.split()[1] == "1":
             break
         time.sleep(1)  # the background compile is still running
-    assert second is not None
+    assert second is not None, f"the background compile never started: {list(cache.glob('.later-*'))}"
     compiled, libs, total = second.stdout.split()
     assert compiled == "0" and libs == "1"  # every kernel from the whole module, nothing compiled
     assert total == first.stdout.split()[2]

@@ -141,11 +141,19 @@ def later(modules: Sequence[tuple[str, Sequence[str]]], targets: Sequence[tuple[
     they land in the cache for the next process. A thread here waits for it, loads the
     modules from the cache and swaps."""
     todo = [(src, list(names)) for src, names in modules if names]
+    # the compiler process starts here, not in the thread: a process that ends at once
+    # (a daemon thread dies with it) still leaves its modules compiling
+    child = None
+    if not all(cpu.is_cached(src, names) for src, names in todo):
+        try:
+            child = _compile_elsewhere(todo)
+        except OSError:  # no process to be had: the thread compiles them itself
+            pass
 
     def run() -> None:
         try:
-            if not all(cpu.is_cached(src, names) for src, names in todo):
-                _compile_elsewhere(todo)
+            if child is not None:
+                child.wait()
             libs = [cpu.compile_c(src, names) if names else None for src, names in modules]
             for kernel, m, name in targets:
                 lib = libs[m]
@@ -165,8 +173,8 @@ def later(modules: Sequence[tuple[str, Sequence[str]]], targets: Sequence[tuple[
     thread.start()
 
 
-def _compile_elsewhere(todo: list[tuple[str, list[str]]]) -> None:
-    """Compile ``todo`` into the cache in a process of its own, and wait for it."""
+def _compile_elsewhere(todo: list[tuple[str, list[str]]]) -> subprocess.Popen[bytes]:
+    """A process of its own compiling ``todo`` into the cache (it outlives this one)."""
     directory = cpu.cache_dir()
     fd, path = tempfile.mkstemp(dir=directory, prefix=".later-", suffix=".json")
     with os.fdopen(fd, "w") as f:
@@ -174,8 +182,8 @@ def _compile_elsewhere(todo: list[tuple[str, list[str]]]) -> None:
     root = str(Path(__file__).resolve().parents[2])  # this braze, wherever it was imported from
     env = dict(os.environ, BRAZE_CACHE_DIR=str(directory),
                PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-    subprocess.run([sys.executable, "-m", "braze.runtime.units", path], env=env, start_new_session=True,
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen([sys.executable, "-m", "braze.runtime.units", path], env=env, start_new_session=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _main(path: str) -> None:
