@@ -36,24 +36,23 @@ repetition and powers capped, and any failure surfaces as :class:`TemplateError`
 from __future__ import annotations
 
 import codecs
-import datetime
 import json
 import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from functools import lru_cache
-from itertools import accumulate, pairwise
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import tokenizers
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 
-from braze.errors import BrazeError, FormatError, IndexOutOfRange, TemplateError, Unsupported
-from braze.io.gguf import GGUFMetadata
+from braze.errors import FormatError, IndexOutOfRange, TemplateError, Unsupported
 from braze.template import render_chat
+from braze.vocab import (
+    Packed, Specials, TokenType, byte_level_pieces, byte_token_value, meta_bool,
+    meta_int, meta_list, meta_str, meta_text,
+)
 
 
 __all__ = [
@@ -66,17 +65,6 @@ __all__ = [
     "Tokenizer",
     "render_chat",
 ]
-
-
-class TokenType:
-    """GGUF ``tokenizer.ggml.token_type`` values (llama.cpp's token attributes)."""
-
-    NORMAL = 1
-    UNKNOWN = 2
-    CONTROL = 3
-    USER_DEFINED = 4
-    UNUSED = 5
-    BYTE = 6
 
 
 # --------------------------------------------------------------------------- warnings
@@ -169,178 +157,6 @@ _END_OF_TURN_NAMES = frozenset(
 )
 
 
-def _byte_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable-character table.
-
-    Byte-level BPE vocabularies are written in this alphabet so that every byte is a
-    visible character: printable Latin-1 bytes stand for themselves and the other 68
-    bytes (controls, space, soft hyphen...) are moved to U+0100 upward, in byte order.
-    """
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table: dict[int, str] = {b: chr(b) for b in keep}
-    shifted = 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + shifted)
-            shifted += 1
-    return table
-
-
-_UNICODE_TO_BYTE: dict[str, int] = {c: b for b, c in _byte_to_unicode().items()}
-
-
-def _byte_level_bytes(token: str) -> bytes:
-    """The bytes a byte-level vocabulary entry stands for. A character outside the
-    table (only in malformed vocabularies) contributes its own UTF-8 so nothing is
-    silently lost."""
-    out = bytearray()
-    for ch in token:
-        b = _UNICODE_TO_BYTE.get(ch)
-        if b is None:
-            out += ch.encode("utf-8")
-        else:
-            out.append(b)
-    return bytes(out)
-
-
-# ``str.translate`` table for whole vocabularies: each byte-level character -> the
-# byte it stands for, as a Latin-1 character; any other character below U+0100 -> its
-# UTF-8 bytes as Latin-1 characters (what _byte_level_bytes gives it).
-_BYTE_LEVEL_TRANSLATE: dict[int, str] = {
-    **{cp: chr(cp).encode("utf-8").decode("latin-1") for cp in range(256)},
-    **{ord(c): chr(b) for c, b in _UNICODE_TO_BYTE.items()},
-}
-
-
-def _byte_level_pieces(tokens: Sequence[str], byte_level: Sequence[bool]) -> list[bytes]:
-    """``_byte_level_bytes`` of each token where ``byte_level``, else its UTF-8: the
-    byte-level ones in one ``translate`` of them all (~0.6x the time of a call per
-    token), or one by one when a character expands or is outside the table."""
-    chosen = [t for t, b in zip(tokens, byte_level) if b]
-    joined = "".join(chosen)
-    try:
-        data = joined.translate(_BYTE_LEVEL_TRANSLATE).encode("latin-1")
-    except UnicodeEncodeError:  # a character outside the table (malformed vocabulary)
-        data = b""
-    if len(data) != len(joined):  # ... or one that expands: per token, below
-        return [_byte_level_bytes(t) if b else t.encode("utf-8") for t, b in zip(tokens, byte_level)]
-    slices = (data[i:j] for i, j in pairwise(accumulate(map(len, chosen), initial=0)))
-    return [next(slices) if b else t.encode("utf-8") for t, b in zip(tokens, byte_level)]
-
-
-def _byte_token_value(token: str) -> int | None:
-    """``"<0x0A>"`` -> 10; anything else -> None (SentencePiece byte-fallback tokens)."""
-    if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
-        try:
-            return int(token[3:5], 16)
-        except ValueError:
-            return None
-    return None
-
-
-# ------------------------------------------------------------------ metadata reading
-
-
-class _Packed:
-    """Byte strings stored end to end: item ``i`` is ``data[offsets[i]:offsets[i + 1]]``.
-
-    A vocabulary's tokens and byte pieces stay resident for as long as the tokenizer
-    (all through generation): 49k entries are ~0.8 MB here and ~4 MB as a list of
-    small objects, and the garbage collector has nothing to walk.
-    """
-
-    __slots__ = ("data", "offsets")
-
-    def __init__(self, items: Iterable[bytes]) -> None:
-        parts = list(items)
-        offsets = np.zeros(len(parts) + 1, np.int64)
-        np.cumsum(list(map(len, parts)), out=offsets[1:])
-        self.data = b"".join(parts)
-        # uint32 halves the offsets; a >= 4 GiB vocabulary keeps int64
-        self.offsets = offsets.astype(np.uint32) if offsets[-1] < 2**32 else offsets
-
-    @classmethod
-    def of_texts(cls, texts: Iterable[str]) -> _Packed:
-        return cls(map(str.encode, texts))  # UTF-8, strict
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __getitem__(self, i: int) -> bytes:
-        """Item ``i`` (``0 <= i < len``: callers check ids)."""
-        return self.data[self.offsets[i] : self.offsets[i + 1]]
-
-    def text(self, i: int) -> str:
-        return self[i].decode("utf-8")
-
-    def texts(self) -> list[str]:
-        data = self.data
-        return [data[a:b].decode("utf-8") for a, b in pairwise(self.offsets.tolist())]
-
-
-def _meta_get(metadata: Mapping[str, Any], key: str) -> Any:
-    """``metadata.get(key)``; a GGUF file's large arrays are read without being kept in
-    its metadata, where they would stay resident while the model runs."""
-    if isinstance(metadata, GGUFMetadata):
-        return metadata.peek(key)
-    return metadata.get(key)
-
-
-def _meta_str(value: Any) -> str:
-    """Readers may hand strings back as ``bytes``; GGUF strings are UTF-8."""
-    if type(value) is str:  # the usual case, first: vocabularies call this 100k times
-        return value
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode("utf-8", errors="replace")
-    return str(value)
-
-
-def _bad(metadata: Mapping[str, Any], key: str, value: Any, why: str) -> FormatError:
-    return FormatError(getattr(metadata, "_path", "<metadata>"), key, None, why, value=value)
-
-
-def _meta_list(metadata: Mapping[str, Any], key: str, item: type | tuple[type, ...]) -> list[Any] | None:
-    """An optional array whose items are all of type ``item`` (bools are not numbers)."""
-    value = _meta_get(metadata, key)
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise _bad(metadata, key, value, f"must be an array, not {type(value).__name__}")
-    if not all(isinstance(v, item) and not isinstance(v, bool) for v in value):
-        bad = next(v for v in value if not isinstance(v, item) or isinstance(v, bool))
-        raise _bad(metadata, key, bad, f"holds a {type(bad).__name__} among its items")
-    return value
-
-
-def _meta_text(metadata: Mapping[str, Any], key: str, default: str | None) -> str | None:
-    value = metadata.get(key, default)
-    if value is not None and not isinstance(value, str):
-        raise _bad(metadata, key, value, f"must be a string, not {type(value).__name__}")
-    return value
-
-
-def _meta_int(metadata: Mapping[str, Any], key: str) -> int | None:
-    """An optional token id; absent and "no token" sentinels both read as None."""
-    value = metadata.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise _bad(metadata, key, value, f"a token id must be an integer, not {type(value).__name__}")
-    value = int(value)
-    # Some converters write -1 (or 0xFFFFFFFF) for "no such token".
-    return None if value < 0 or value == 0xFFFFFFFF else value
-
-
-def _meta_bool(metadata: Mapping[str, Any], key: str, default: bool) -> bool:
-    """An optional flag; converters omit flags whose value is the loader's default."""
-    value = metadata.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, (bool, np.bool_)) and value not in (0, 1):
-        raise _bad(metadata, key, value, "must be true or false")
-    return bool(value)
-
-
 class EncodedBatch(NamedTuple):
     """Right-padded batch for embedding models: ``ids`` and ``attention_mask`` (1 for a
     real token, 0 for padding) and ``type_ids`` (segment ids, all 0 for single texts),
@@ -349,19 +165,6 @@ class EncodedBatch(NamedTuple):
     ids: np.ndarray
     attention_mask: np.ndarray
     type_ids: np.ndarray
-
-
-@dataclass(frozen=True)
-class _Specials:
-    """Ids with a role. ``eos_ids`` is every id that should stop generation."""
-
-    bos_id: int | None
-    eos_id: int | None
-    eos_ids: frozenset[int]
-    unk_id: int | None
-    pad_id: int | None
-    add_bos: bool
-    add_eos: bool
 
 
 class Tokenizer:
@@ -380,18 +183,18 @@ class Tokenizer:
         tokens: Sequence[str],
         byte_pieces: Sequence[bytes] | None,
         special_ids: frozenset[int],
-        specials: _Specials,
+        specials: Specials,
         strip_leading_space: bool,
         chat_template: str | None,
         uses_post_processor: bool,
         max_length: int | None = None,
     ) -> None:
         self._hf = hf
-        # Packed, not lists: they live as long as the tokenizer (see _Packed).
-        self._tokens = _Packed.of_texts(tokens)
+        # Packed, not lists: they live as long as the tokenizer (see Packed).
+        self._tokens = Packed.of_texts(tokens)
         # Built on the first token_to_id() (a 49k-entry dict nobody needs to generate).
         self._token_to_id: dict[str, int] | None = None
-        self._byte_pieces = _Packed(byte_pieces) if byte_pieces is not None else None
+        self._byte_pieces = Packed(byte_pieces) if byte_pieces is not None else None
         self._special_ids = special_ids
         self._specials = specials
         self._strip_leading_space = strip_leading_space
@@ -421,7 +224,7 @@ class Tokenizer:
             raise FormatError(
                 "<metadata>", "tokenizer.ggml.model", None, "missing: no tokenizer in this file"
             )
-        model = _meta_text(metadata, "tokenizer.ggml.model", None)
+        model = meta_text(metadata, "tokenizer.ggml.model", None)
         if model not in ("gpt2", "llama"):
             raise Unsupported(
                 op,
@@ -429,9 +232,9 @@ class Tokenizer:
             )
         if "tokenizer.ggml.tokens" not in metadata:
             raise FormatError("<metadata>", "tokenizer.ggml.tokens", None, "missing")
-        tokens = _meta_list(metadata, "tokenizer.ggml.tokens", str) or []
+        tokens = meta_list(metadata, "tokenizer.ggml.tokens", str) or []
         n = len(tokens)
-        raw_types = _meta_list(metadata, "tokenizer.ggml.token_type", (int, np.integer))
+        raw_types = meta_list(metadata, "tokenizer.ggml.token_type", (int, np.integer))
         types = [int(t) for t in raw_types] if raw_types is not None else [TokenType.NORMAL] * n
         if len(types) != n:
             raise FormatError(
@@ -465,10 +268,10 @@ class Tokenizer:
         hf.add_special_tokens([a for a in added if a.special])
         hf.add_tokens([a for a in added if not a.special])
 
-        bos = _meta_int(metadata, "tokenizer.ggml.bos_token_id")
-        eos = _meta_int(metadata, "tokenizer.ggml.eos_token_id")
-        unk = _meta_int(metadata, "tokenizer.ggml.unknown_token_id")
-        pad = _meta_int(metadata, "tokenizer.ggml.padding_token_id")
+        bos = meta_int(metadata, "tokenizer.ggml.bos_token_id")
+        eos = meta_int(metadata, "tokenizer.ggml.eos_token_id")
+        unk = meta_int(metadata, "tokenizer.ggml.unknown_token_id")
+        pad = meta_int(metadata, "tokenizer.ggml.padding_token_id")
         for name, value in (("bos", bos), ("eos", eos), ("unknown", unk), ("padding", pad)):
             if value is not None and value >= n:
                 raise FormatError(
@@ -479,13 +282,13 @@ class Tokenizer:
                 )
         eos_ids: set[int] = {eos} if eos is not None else set()
         for key in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
-            extra = _meta_int(metadata, key)
+            extra = meta_int(metadata, key)
             if extra is not None and extra < n:
                 eos_ids.add(extra)
         for i, ty in enumerate(types):
             if ty in (TokenType.CONTROL, TokenType.USER_DEFINED) and tokens[i] in _END_OF_TURN_NAMES:
                 eos_ids.add(i)
-        specials = _Specials(
+        specials = Specials(
             bos_id=bos,
             eos_id=eos,
             eos_ids=frozenset(eos_ids),
@@ -493,10 +296,10 @@ class Tokenizer:
             pad_id=pad,
             # llama.cpp's defaults when the file is silent: SentencePiece adds BOS,
             # byte-level BPE (GPT-2 lineage) does not.
-            add_bos=_meta_bool(metadata, "tokenizer.ggml.add_bos_token", model == "llama"),
-            add_eos=_meta_bool(metadata, "tokenizer.ggml.add_eos_token", False),
+            add_bos=meta_bool(metadata, "tokenizer.ggml.add_bos_token", model == "llama"),
+            add_eos=meta_bool(metadata, "tokenizer.ggml.add_eos_token", False),
         )
-        template = _meta_text(metadata, "tokenizer.chat_template", None)
+        template = meta_text(metadata, "tokenizer.chat_template", None)
         return cls(
             hf,
             tokens=tokens,
@@ -514,7 +317,7 @@ class Tokenizer:
     ) -> tuple[tokenizers.Tokenizer, list[bytes], bool]:
         """GPT-2 style: split words with the ``pre`` regexes, map bytes to the printable
         alphabet, then rank-ordered merges."""
-        pre_name = _meta_text(metadata, "tokenizer.ggml.pre", "default") or "default"
+        pre_name = meta_text(metadata, "tokenizer.ggml.pre", "default") or "default"
         regexes = PRE_TOKENIZER_REGEXES.get(pre_name)
         if regexes is None:
             _warn_once(
@@ -523,7 +326,7 @@ class Tokenizer:
                 "so ids may differ from the model's own tokenizer",
             )
             regexes = (_GPT2,)
-        merges = _parse_merges(_meta_list(metadata, "tokenizer.ggml.merges", str) or [], vocab)
+        merges = _parse_merges(meta_list(metadata, "tokenizer.ggml.merges", str) or [], vocab)
         bpe = models.BPE(vocab=vocab, merges=merges, ignore_merges=pre_name in _IGNORE_MERGES_PRE)
         hf = tokenizers.Tokenizer(bpe)
         hf.pre_tokenizer = pre_tokenizers.Sequence(
@@ -532,7 +335,7 @@ class Tokenizer:
         )
         hf.decoder = decoders.ByteLevel()
         byte_level = [ty in (TokenType.NORMAL, TokenType.UNUSED, TokenType.BYTE) for ty in types]
-        return hf, _byte_level_pieces(tokens, byte_level), False
+        return hf, byte_level_pieces(tokens, byte_level), False
 
     @staticmethod
     def _build_sentencepiece(
@@ -540,7 +343,7 @@ class Tokenizer:
     ) -> tuple[tokenizers.Tokenizer, list[bytes], bool]:
         """SentencePiece BPE: spaces are ``"▁"``, no word split, merges ranked by the
         score of the piece they produce, unknown characters spelled as byte tokens."""
-        raw_scores = _meta_list(metadata, "tokenizer.ggml.scores", (int, float, np.integer, np.floating))
+        raw_scores = meta_list(metadata, "tokenizer.ggml.scores", (int, float, np.integer, np.floating))
         n = len(tokens)
         scores = [float(s) for s in raw_scores] if raw_scores is not None else [-float(i) for i in range(n)]
         if len(scores) != n:
@@ -560,7 +363,7 @@ class Tokenizer:
                     ranked.append((-scores[i], i, left, right))
         ranked.sort()
         merges = [(left, right) for _, _, left, right in ranked]
-        unk = _meta_int(metadata, "tokenizer.ggml.unknown_token_id")
+        unk = meta_int(metadata, "tokenizer.ggml.unknown_token_id")
         has_bytes = any(t == TokenType.BYTE for t in types)
         bpe = models.BPE(
             vocab=vocab,
@@ -570,7 +373,7 @@ class Tokenizer:
             byte_fallback=has_bytes,
         )
         hf = tokenizers.Tokenizer(bpe)
-        add_prefix = _meta_bool(metadata, "tokenizer.ggml.add_space_prefix", True)
+        add_prefix = meta_bool(metadata, "tokenizer.ggml.add_space_prefix", True)
         steps: list[normalizers.Normalizer] = []
         if add_prefix:
             steps.append(normalizers.Prepend("▁"))
@@ -579,7 +382,7 @@ class Tokenizer:
         hf.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
         pieces: list[bytes] = []
         for t, ty in zip(tokens, types):
-            value = _byte_token_value(t) if ty == TokenType.BYTE else None
+            value = byte_token_value(t) if ty == TokenType.BYTE else None
             if value is not None:
                 pieces.append(bytes([value]))
             elif ty in (TokenType.NORMAL, TokenType.UNUSED, TokenType.USER_DEFINED):
@@ -637,7 +440,7 @@ class Tokenizer:
         eos = token_id("eos_token")
         eos_ids = {eos} if eos is not None else set()
         eos_ids |= {i for i in special_ids if tokens[i] in _END_OF_TURN_NAMES}
-        specials = _Specials(
+        specials = Specials(
             bos_id=token_id("bos_token"),
             eos_id=eos,
             eos_ids=frozenset(eos_ids),
@@ -650,7 +453,7 @@ class Tokenizer:
         # and so streaming; others (WordPiece) decode through the file's decoder.
         pieces: list[bytes] | None = None
         if (raw.get("decoder") or {}).get("type") == "ByteLevel":
-            pieces = _byte_level_pieces(tokens, [i not in special_ids for i in range(len(tokens))])
+            pieces = byte_level_pieces(tokens, [i not in special_ids for i in range(len(tokens))])
         template = config.get("chat_template")
         return cls(
             hf,
@@ -876,7 +679,7 @@ def _parse_merges(raw: Iterable[Any], vocab: Mapping[str, int]) -> list[tuple[st
     the vocabulary (HF's BPE refuses those, and they could never fire anyway)."""
     out: list[tuple[str, str]] = []
     for m in raw:
-        left, sep, right = _meta_str(m).partition(" ")
+        left, sep, right = meta_str(m).partition(" ")
         if sep and left in vocab and right in vocab and left + right in vocab:
             out.append((left, right))
     return out

@@ -20,7 +20,8 @@ import tokenizers
 from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, processors
 
 from .errors import FormatError
-from .tokenizer import Tokenizer, TokenType, _meta_bool, _meta_get, _meta_int, _meta_str, _Specials
+from .tokenizer import Tokenizer
+from .vocab import Specials, TokenType, meta_bool, meta_get, meta_int, meta_str
 
 PHANTOM_SPACE = "\u2581"
 
@@ -41,22 +42,22 @@ def wordpiece_from_gguf(metadata: Mapping[str, Any], path: str = "<metadata>",
     model = metadata.get("tokenizer.ggml.model")
     if model != "bert":
         raise FormatError(path, "tokenizer.ggml.model", None, f"expected 'bert' (WordPiece), got {model!r}")
-    raw = _meta_get(metadata, "tokenizer.ggml.tokens")
+    raw = meta_get(metadata, "tokenizer.ggml.tokens")
     if raw is None:
         raise FormatError(path, "tokenizer.ggml.tokens", None, "missing")
     n = len(raw)
-    raw_types = _meta_get(metadata, "tokenizer.ggml.token_type")
+    raw_types = meta_get(metadata, "tokenizer.ggml.token_type")
     types = [int(t) for t in raw_types] if raw_types is not None else [TokenType.NORMAL] * n
     if len(types) != n:
         raise FormatError(path, "tokenizer.ggml.token_type", None, f"{len(types)} entries for {n} tokens")
-    tokens = [wordpiece_token(_meta_str(t), ty) for t, ty in zip(raw, types)]
+    tokens = [wordpiece_token(meta_str(t), ty) for t, ty in zip(raw, types)]
     vocab: dict[str, int] = {}
     for i, t in enumerate(tokens):
         vocab.setdefault(t, i)
 
     def special(keys: tuple[str, ...], fallback: str | None) -> int | None:
         for key in keys:
-            value = _meta_int(metadata, f"tokenizer.ggml.{key}")
+            value = meta_int(metadata, f"tokenizer.ggml.{key}")
             if value is not None:
                 if value >= n:
                     raise FormatError(path, f"tokenizer.ggml.{key}", None, f"id {value} outside vocabulary of {n}")
@@ -79,8 +80,8 @@ def wordpiece_from_gguf(metadata: Mapping[str, Any], path: str = "<metadata>",
     special_ids = frozenset(i for i, ty in enumerate(types) if ty in (TokenType.CONTROL, TokenType.UNKNOWN))
     hf.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False) for i in sorted(special_ids)
                            if vocab[tokens[i]] == i])
-    first = [tokens[cls_id]] if cls_id is not None and _meta_bool(metadata, "tokenizer.ggml.add_bos_token", True) else []
-    add_sep = _meta_bool(metadata, "tokenizer.ggml.add_sep_token", _meta_bool(metadata, "tokenizer.ggml.add_eos_token", True))
+    first = [tokens[cls_id]] if cls_id is not None and meta_bool(metadata, "tokenizer.ggml.add_bos_token", True) else []
+    add_sep = meta_bool(metadata, "tokenizer.ggml.add_sep_token", meta_bool(metadata, "tokenizer.ggml.add_eos_token", True))
     last = [tokens[sep_id]] if sep_id is not None and add_sep else []
     used = {t: vocab[t] for t in first + last}
     hf.post_processor = processors.TemplateProcessing(
@@ -88,7 +89,7 @@ def wordpiece_from_gguf(metadata: Mapping[str, Any], path: str = "<metadata>",
         special_tokens=list(used.items()))
     if max_length is not None:
         hf.enable_truncation(max_length)
-    specials = _Specials(bos_id=cls_id, eos_id=sep_id, eos_ids=frozenset({sep_id} if sep_id is not None else ()),
+    specials = Specials(bos_id=cls_id, eos_id=sep_id, eos_ids=frozenset({sep_id} if sep_id is not None else ()),
                          unk_id=unk_id, pad_id=pad_id, add_bos=False, add_eos=False)
     return Tokenizer(hf, tokens=tokens, byte_pieces=None, special_ids=special_ids, specials=specials,
                      strip_leading_space=False, chat_template=None, uses_post_processor=True, max_length=max_length)

@@ -146,9 +146,9 @@ _MISSING: dict[int, frozenset[int]] = {}
 
 def _missing_bytes(tok: Tokenizer) -> frozenset[int]:
     if id(tok) not in _MISSING:
-        from braze.tokenizer import _byte_to_unicode
+        from braze.vocab import byte_to_unicode
 
-        _MISSING[id(tok)] = frozenset(b for b, c in _byte_to_unicode().items() if tok.token_to_id(c) is None)
+        _MISSING[id(tok)] = frozenset(b for b, c in byte_to_unicode().items() if tok.token_to_id(c) is None)
     return _MISSING[id(tok)]
 
 
@@ -337,9 +337,9 @@ def test_minilm_matches_reference(minilm: Tokenizer) -> None:
 
 def _byte_level_metadata(pre: str) -> dict[str, Any]:
     """A tiny byte-level vocabulary: the 256 byte characters plus a few merges."""
-    from braze.tokenizer import _byte_to_unicode
+    from braze.vocab import byte_to_unicode
 
-    chars = list(_byte_to_unicode().values())
+    chars = list(byte_to_unicode().values())
     merges = ["Ġ t", "h e", "Ġt he", "1 2", "Ġ Ġ"]
     words = ["Ġt", "he", "Ġthe", "12", "ĠĠ"]
     tokens = ["<|endoftext|>", *chars, *words, "<tool>"]
