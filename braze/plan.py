@@ -9,10 +9,11 @@ one entry further into some stream braze has planned, and the node where a flush
 stream ended holds its plans keyed by which results Python can still reach. So at a
 flush the plan is one dictionary look-up away, whatever the stream's length; a stream
 whose cursor fell off the trie is a new program, which is scheduled, compiled and
-inserted (``plan_misses``; a hit is ``plan_hits``). After ``BRAZE_PLAN_CAP`` programs
+inserted (``plan_misses``; a hit is ``plan_hits``). At most ``BRAZE_PLAN_CAP`` programs
 (default 512; a program is its ops and dtypes, so its new shapes, which replay generic
-kernels, do not count) a new one runs on the reference executor instead of growing the
-cache, and braze says so once.
+kernels, do not count) keep plans: a new one past the cap evicts the program used least
+recently (its plans, and the trie nodes no other plan needs), which, if it comes back,
+is planned again from the schedule and the compiled objects on disk.
 
 Liveness: a result is *live* if something besides the stream refers to its storage
 (a Tensor the user holds). Only live results and results read outside their kernel
@@ -79,13 +80,16 @@ class Plan:
     #: not earlier, so a buffer not yet computed still reads as pending if a step fails
     bind: list[list[tuple[int, int]]] = field(default_factory=list)
     compiled: bool = False  # building it compiled new kernels (what BRAZE_SHAPE_VARIANTS counts)
+    program: Any = None  # its ops and dtypes: the unit the cap counts and evicts
 
 
 # bump when the stored schedule's shape changes (2: arena, 3: refs, 4: rendered C, 5: epilogues, 6: prologues,
 # 7: generic kernels, 8: checksummed JSON, plan_store.py, 9: compile units, runtime/units.py)
 _PLAN_FORMAT = 9
 _variants: dict[Any, int] = {}  # how many builds of each shape-free form compiled new kernels
-_shapes: dict[Any, int] = {}  # how many shapes of each program (its ops and dtypes) were built
+_shapes: dict[Any, int] = {}  # how many shapes of each program (its ops and dtypes) were built, least recent first
+#: where each program's plans are: (trie entries, liveness, shape-free form) per plan, for eviction
+_homes: dict[Any, list[tuple[tuple[Any, ...], frozenset[int], Any]]] = {}
 
 
 def _shape_variants() -> int:
@@ -113,12 +117,14 @@ class TrieNode:
     """One position in the trie: the entries on the way here are a prefix of a stream
     braze has planned. Where a planned stream ended, its plans, keyed by liveness."""
 
-    __slots__ = ("children", "plans")
+    __slots__ = ("children", "plans", "dead")
 
     def __init__(self) -> None:
         self.children: dict[tuple[Any, ...], TrieNode] = {}
         #: None on the way (most nodes: a stream of 1000 ops makes 1000 of them)
         self.plans: dict[frozenset[int], Plan] | None = None
+        #: cut from the trie by an eviction: a form whose path runs through it walks anew
+        self.dead = False
 
 
 @dataclass(frozen=True)
@@ -284,7 +290,8 @@ class Form:
         """This form with its storages as indices into ``pool`` (``jit``: the form of a
         traced call recorded from an empty stream), or None while it is not numbered
         to the end (its cursor fell off the trie: no plan is stored for it yet)."""
-        if self.root is not _root or len(self.path) != len(self.entries) + 1 or self.path[-1] is None:
+        if (self.root is not _root or len(self.path) != len(self.entries) + 1 or self.path[-1] is None
+                or self.path[-1].dead):
             return None
         where = {id(st): i for i, st in enumerate(pool)}
         if len(where) != len(pool):  # one storage in two places: its form would not say which
@@ -296,7 +303,8 @@ class Form:
     def restore(self, copy: FormCopy, pool: Sequence[Any]) -> bool:
         """Become ``copy`` over ``pool``'s storages, as if its nodes had been recorded
         into this (fresh) form one by one; False if the trie was replaced since."""
-        if copy.root is not self.root:
+        last = copy.path[-1]
+        if copy.root is not self.root or last is None or last.dead:
             return False
         self.storages = [pool[i] for i in copy.order]
         self.key_of = {id(st): k for k, st in enumerate(self.storages)}
@@ -307,9 +315,10 @@ class Form:
 
     def cursor(self) -> TrieNode | None:
         """The trie node of the whole stream, or None for a program not planned yet."""
-        if self.root is _root:
+        if self.root is _root and (self.path[-1] is None or not self.path[-1].dead):
             return self.path[-1]
-        node = _root  # the trie was replaced (``clear``) since this stream began: walk it
+        # the trie was replaced (``clear``) or this path cut (an eviction) since this stream began: walk it
+        node = _root
         for entry in self.entries:
             child = node.children.get(entry)
             if child is None:
@@ -340,6 +349,32 @@ def _insert(entries: Sequence[tuple[Any, ...]], live: frozenset[int], plan: Plan
     if node.plans is None:
         node.plans = {}
     node.plans[live] = plan
+
+
+def _evict(program: Any) -> None:
+    """Forget a program's plans: each one's trie entry, the trie nodes no other plan
+    needs (marked dead: a form or a jit copy holding one walks anew), its shape counts."""
+    for entries, live, shape_free in _homes.pop(program, ()):
+        path = [_root]
+        for entry in entries:
+            child = path[-1].children.get(entry)
+            if child is None:
+                break
+            path.append(child)
+        else:
+            leaf = path[-1]
+            if leaf.plans is not None:
+                leaf.plans.pop(live, None)
+                if not leaf.plans:
+                    leaf.plans = None
+            for depth in range(len(entries), 0, -1):
+                node = path[depth]
+                if node.plans or node.children:
+                    break
+                del path[depth - 1].children[entries[depth - 1]]
+                node.dead = True
+        _variants.pop(shape_free, None)
+    _shapes.pop(program, None)
 
 
 def stored_plans() -> Iterator[Plan]:
@@ -700,9 +735,6 @@ def _refusal(entries: Sequence[tuple[Any, ...]]) -> tuple[str, Any, Any]:
         compiled = _variants.get(shape_free, 0)
     except TypeError:
         return "an op attribute is not hashable (such a stream cannot be stored)", None, ops
-    # The cap counts programs, not their shapes: shapes replay generic kernels.
-    if ops not in _shapes and len(_shapes) >= _cap():
-        return f"{len(_shapes)} different programs seen (BRAZE_PLAN_CAP)", shape_free, ops
     return (_NEW_SHAPES if compiled >= _shape_variants() else ""), shape_free, ops
 
 
@@ -746,12 +778,19 @@ def execute(nodes: "deque[Any]") -> None:
                 if plan is None:
                     unfused = _NEW_SHAPES
                 else:
-                    _shapes[ops] = _shapes.get(ops, 0) + 1
+                    _shapes[ops] = _shapes.pop(ops, 0) + 1  # the most recent
                     if plan.compiled:
                         _variants[shape_free] = _variants.get(shape_free, 0) + 1
+                    plan.program = ops
                     _insert(entries, live, plan)
+                    _homes.setdefault(ops, []).append((tuple(entries), live, shape_free))
+                    # the cap counts programs, not their shapes (shapes replay generic kernels)
+                    while len(_shapes) > max(1, _cap()):
+                        _evict(next(iter(_shapes)))
     else:
         COUNTERS["plan_hits"] += 1
+        if plan.program in _shapes:  # the most recent now (a dict keeps insertion order)
+            _shapes[plan.program] = _shapes.pop(plan.program)
     if plan is None:
         if observers:
             observers[-1].append(None)  # a capture cannot replay what the reference executor ran
@@ -780,6 +819,7 @@ def clear() -> None:
     _root = TrieNode()
     _variants.clear()
     _shapes.clear()
+    _homes.clear()
 
 
 set_fused_executor(sys.modules[__name__])  # the stream flushes through this module

@@ -19,6 +19,7 @@ import braze
 from braze import plan
 from braze.runtime import memory
 from braze.runtime.cpu import compiler_available
+from braze.stats import COUNTERS
 from braze.stream import stream
 
 pytestmark = pytest.mark.skipif(not compiler_available(), reason="no C compiler")
@@ -214,15 +215,51 @@ def test_a_new_process_finds_the_stored_plan_by_the_hash_of_the_form(monkeypatch
     assert loaded.offsets == stored.offsets and loaded.arena_bytes == stored.arena_bytes
 
 
-def test_plan_cap_bounds_the_stored_plans(monkeypatch: Any, capfd: Any) -> None:
+def test_plan_cap_evicts_the_program_used_least_recently(monkeypatch: Any, capfd: Any) -> None:
+    """Past BRAZE_PLAN_CAP programs the least recently used one loses its plans: every
+    program stays fused, and one that comes back is planned again (from disk)."""
     monkeypatch.setenv("BRAZE_PLAN_CAP", "2")
     monkeypatch.setattr(plan, "_warned", set())
     x = _randn(4, 4)
-    for op in ("exp", "tanh", "sigmoid"):
+
+    def run(op: str) -> None:
         got = getattr(x * 1.5, op)().numpy()
         np.testing.assert_allclose(got, _reference(lambda: getattr(x * 1.5, op)(), monkeypatch), rtol=1e-6)
-    assert len(list(plan.stored_plans())) == 2
-    assert "BRAZE_PLAN_CAP" in capfd.readouterr().err
+
+    unfused = COUNTERS["unfused_flushes"]
+    run("exp")
+    run("tanh")
+    run("exp")  # exp is now the most recent: tanh goes next
+    misses = COUNTERS["plan_misses"]
+    run("sigmoid")
+    stored = [str(p.program) for p in plan.stored_plans()]
+    assert len(stored) == 2 and any("exp" in s for s in stored) and not any("tanh" in s for s in stored)
+    assert COUNTERS["plan_misses"] == misses + 1
+    run("tanh")  # evicted: planned again, still fused
+    assert COUNTERS["plan_misses"] == misses + 2 and len(list(plan.stored_plans())) == 2
+    assert COUNTERS["unfused_flushes"] == unfused
+    assert "reference executor" not in capfd.readouterr().err
+
+
+def test_an_evicted_jit_plan_is_found_again(monkeypatch: Any) -> None:
+    """A jit function's kept form runs through trie nodes an eviction cut: it is not
+    restored onto them (which would miss every call) but taken anew."""
+    monkeypatch.setenv("BRAZE_PLAN_CAP", "1")
+    x = _randn(4, 4)
+
+    @braze.jit
+    def f(a: braze.Tensor) -> braze.Tensor:
+        return (a * 2.0).exp() - 1.0
+
+    want = np.exp(x.numpy() * 2.0) - 1.0
+    for _ in range(3):
+        np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-5)
+    (x * 3.0).tanh().numpy()  # another program: f's plan is evicted
+    assert len(list(plan.stored_plans())) == 1
+    np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-5)
+    hits = COUNTERS["plan_hits"]
+    np.testing.assert_allclose(f(x).numpy(), want, rtol=1e-5)
+    assert COUNTERS["plan_hits"] == hits + 1  # found in the trie again, not planned each call
 
 
 def test_new_shapes_of_a_program_replay_its_generic_kernels(monkeypatch: Any, capfd: Any,
