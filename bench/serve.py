@@ -58,7 +58,10 @@ llama-server at 8. The CPU time the rest of the machine used during the window
 (/proc/stat's busy time, steal included, less the server's own and the clients') is
 recorded as "other load" in cores: on a shared machine the numbers are noisy.
 
-Writes the JSON (settings, machine, every row, the table under "markdown") to ``--json``.
+Writes the JSON (settings, machine, every row, the table under "markdown") to ``--json``;
+with ``--trace`` each level also keeps its window and every request's chunk arrival
+times (perf_counter, the same clock as a server on this machine: a gap can be matched
+to the server's turns).
 ``main(argv)`` is the entry point of ``braze bench serve``.
 """
 
@@ -359,6 +362,8 @@ async def run_level(base: str, model_name: str, n: int, mix: list[tuple[str, int
         "kv_peak": max(v for _, v in kv_peak) if kv_peak else None,
         "kv_after": kv_after[1] if kv_after else None,
         "other_load_cores": other,
+        **({"window": [w0, w1], "trace": [{"client": r.client, "sent": r.sent, "chunks": r.chunks, "finished": r.finished}
+                      for r in records]} if getattr(args, "trace", False) else {}),
     }
 
 
@@ -639,6 +644,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="seconds for a server to answer /health, and for each warm-up request (default 300)")
     ap.add_argument("--request-timeout", type=float, default=120, help="seconds for one request")
     ap.add_argument("--json", default=str(HERE / "out" / "serve.json"), help="results (default bench/out/serve.json)")
+    ap.add_argument("--trace", action="store_true", help="keep every request's chunk arrival times in the JSON")
     ap.add_argument("--logs", help="keep the servers' output in this directory (default: a temporary one, removed)")
     return ap
 

@@ -239,7 +239,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(model=args.model, embedding_model=args.embedding_model, embeddings=not args.no_embeddings,
                  host=args.host, port=args.port, api_key=args.api_key or os.environ.get("BRAZE_API_KEY") or None,
                  max_batch=args.max_batch, ctx=args.ctx, queue_limit=args.queue_limit, kv_tokens=args.kv_tokens,
-                 replicas=args.replicas, chunk=args.prefill_chunk, warmup=args.warmup)
+                 replicas=args.replicas, chunk=args.prefill_chunk, warmup=args.warmup,
+                 turn_tokens=args.turn_tokens)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -322,9 +323,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="positions the paged KV cache holds for all sequences together (default: 256 MiB "
                         "worth, at least one full context)")
     s.add_argument("--prefill-chunk", type=A.positive, default=256,
-                   help="prompt tokens fed per engine turn beside the decoding batch: smaller keeps "
-                        "inter-token latency steady while prompts arrive, larger gives a faster first token "
-                        "(default 256)")
+                   help="prompt tokens fed per engine turn while no sequence decodes (default 256)")
+    s.add_argument("--turn-tokens", type=A.positive, default=None,
+                   help="tokens computed per engine turn while sequences decode: every decoding row, then "
+                        "prompt tokens up to this (at least half a step's worth); larger gives new requests "
+                        "a faster first token, smaller keeps the others' inter-token latency steady "
+                        "(default: 1.5 steps, 12 rows)")
     s.add_argument("--warmup", action="store_true",
                    help="capture every decoding step shape before serving (steadier latency from the first "
                         "request; start-up takes longer)")

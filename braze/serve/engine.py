@@ -6,8 +6,9 @@ it through ``submit`` (a generation; events come back through a callback, called
 the engine's thread), ``cancel`` and ``embed`` (a future).
 
 Each turn of the loop admits waiting requests while there is room in the batch, runs
-a prefill chunk for a sequence that has prompt left, and one decoding step for every
-sequence that is decoding; a sequence joins and leaves the running batch at any turn.
+one decoding step for every sequence that is decoding, with a bounded number of prompt
+tokens as extra rows (alone, a prompt feeds a prefill chunk: ``runner.PagedRunner.step``);
+a sequence joins and leaves the running batch at any turn.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class Engine:
 
     def __init__(self, model: Any, embedder: Any = None, max_batch: int = 8, ctx: int | None = None,
                  queue_limit: int = 256, kv_tokens: int | None = None, chunk: int = 256,
-                 warmup: bool = False) -> None:
+                 warmup: bool = False, turn_tokens: int | None = None) -> None:
         if max_batch < 1:
             raise InvalidArgument("Engine", f"max_batch={max_batch}: must be >= 1")
         self.loaded, self.embedder = model, embedder
@@ -127,7 +128,8 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._m = Metrics()
         self._warmup = warmup  # capture every decoding bucket on the engine's thread before serving
-        self._runner = PagedRunner(model.model, self.context_length, max_batch, kv_tokens, chunk)
+        self._runner = PagedRunner(model.model, self.context_length, max_batch, kv_tokens, chunk,
+                                   turn_rows=turn_tokens)
 
     # -- the callers' side (any thread) --------------------------------------------------
     def start(self) -> "Engine":

@@ -5,8 +5,10 @@ Each turn, every sequence that has one token to feed (its last sampled token)
 decodes in ONE step: a (B, 1) batch whose matmuls read each weight once for all B
 rows, each row at its own position, attending over its own blocks (``nn.paged``). A
 sequence with more than one token to feed (a new prompt, or one preempted and
-resumed) feeds a chunk of them, at most ``chunk`` tokens per turn, so a long prompt
-never stalls the others for more than one chunk.
+resumed) feeds its tokens as more rows of those steps, a few per turn (``turn_rows``),
+so a prompt that arrives delays the others by at most about half a step; with no
+sequence decoding it feeds a chunk of at most ``chunk`` tokens through the prefill
+program instead.
 
 Steps are padded to buckets (the batch to a power of two up to ``max_batch``, the
 chunk to ``PREFILL_BUCKETS``, the block table to a power of two), so the programs
@@ -78,7 +80,7 @@ def _pow2(n: int) -> int:
 
 class PagedRunner:
     def __init__(self, model: Any, context_length: int, max_batch: int, kv_tokens: int | None = None,
-                 chunk: int = 256, capture: bool = True) -> None:
+                 chunk: int = 256, capture: bool = True, turn_rows: int | None = None) -> None:
         c = model.config
         self.model, self.ctx, self.max_batch, self.capture = model, context_length, max_batch, capture
         self.chunk = max(b for b in PREFILL_BUCKETS if b <= max(chunk, PREFILL_BUCKETS[0]))
@@ -90,6 +92,10 @@ class PagedRunner:
         self.max_width = -(-context_length // BLOCK_SIZE)
         model.reserve_positions(context_length)
         self.buckets: dict[tuple[int, int, int], _Bucket] = {}
+        self.rows = min(max_batch, DECODE_ROWS)  # rows of one decoding step
+        # rows per turn while sequences decode: a full batch's step and half a step of
+        # prompt tokens, so a prompt's turn costs ~1.6x a decoding step, not a prefill
+        self.turn_rows = turn_rows or self.rows + self.rows // 2
 
     # -- the pool ---------------------------------------------------------------------------
     def blocks(self) -> tuple[int, int]:
@@ -147,7 +153,7 @@ class PagedRunner:
         bucket's first runs record the model (~100 ms each), which would otherwise land
         between two tokens of a running sequence. Rows are all padding (block 0). Returns
         the number of buckets."""
-        sizes = sorted({min(_pow2(n), self.max_batch, DECODE_ROWS) for n in range(1, self.max_batch + 1)})
+        sizes = sorted({min(_pow2(n), self.rows) for n in range(1, self.max_batch + 1)})
         widths = sorted({min(_pow2(w), self.max_width) for w in range(1, self.max_width + 1)})
         for b in sizes:
             for w in widths:
@@ -165,18 +171,55 @@ class PagedRunner:
     # -- a turn -----------------------------------------------------------------------------
     def step(self, running: list[S]) -> list[S]:
         """Feed every running sequence what it can this turn; set ``logits`` on those
-        whose next token is due. Returns the sequences preempted (state released)."""
+        whose next token is due. Returns the sequences preempted (state released).
+
+        While some sequence decodes, prompt tokens ride in its decoding steps as rows of
+        their own (a row per token, each at its position: a row's key is in the pool
+        before any row reads it, so a prompt's later tokens see its earlier ones), at
+        most ``turn_rows`` rows per turn: a turn costs at most about half a decoding step
+        more, however long the prompts that arrive. With nobody decoding, the first
+        prompt feeds one chunk through the prefill program (fastest to its first token)."""
         preempted: list[S] = []
-        prefill = next((s for s in running if len(s.history) - s.state.cached > 1), None)
-        if prefill is not None:
-            self._prefill(prefill, running, preempted)
-        decoding = [s for s in running if s.state is not None and len(s.history) - s.state.cached == 1
-                    and s not in preempted]
-        ready = [s for s in decoding if self._grow(s, s.state.cached + 1, running, preempted)]
-        ready = [s for s in ready if s not in preempted]
-        for i in range(0, len(ready), DECODE_ROWS):
-            self._decode(ready[i:i + DECODE_ROWS])
+        prompts = [s for s in running if len(s.history) - s.state.cached > 1]
+        decoding = [s for s in running if len(s.history) - s.state.cached == 1]
+        if not decoding:
+            if prompts:
+                self._prefill(prompts[0], running, preempted)
+            return preempted
+        rows = [(s, s.state.cached) for s in decoding
+                if s not in preempted and self._grow(s, s.state.cached + 1, running, preempted)]
+        room = self._prompt_rows(len(rows))
+        fed: list[tuple[S, int]] = []  # the prompts fed, from where
+        for s in prompts:
+            if room <= 0:
+                break
+            if s in preempted:
+                continue
+            start = s.state.cached
+            n = min(room, len(s.history) - start)
+            if self._grow(s, start + n, running, preempted):
+                rows += [(s, p) for p in range(start, start + n)]
+                fed.append((s, start))
+                room -= n
+        rows = [(s, p) for s, p in rows if s not in preempted]  # a prompt's blocks may have cost a decoder its own
+        for i in range(0, len(rows), self.rows):
+            self._decode(rows[i:i + self.rows])
+        for s, start in fed:
+            if s not in preempted:
+                self._register(s.state, start)
         return preempted
+
+    def _prompt_rows(self, decoding: int) -> int:
+        """Prompt tokens a turn with ``decoding`` decoding rows takes: up to ``turn_rows``
+        rows in all, and at least the padding of its last step, plus half a step where
+        that padding is under half a step (so a full batch still feeds its prompts)."""
+        pad, half = -decoding % self.rows, max(1, self.rows // 2)
+        return max(self.turn_rows - decoding, pad if pad >= half else pad + half)
+
+    def _register(self, st: SeqState, start: int) -> None:
+        """Offer the prompt's full blocks computed since position ``start`` to the prefix cache."""
+        for i in range(start // BLOCK_SIZE, min(st.cached, len(st.hashes) * BLOCK_SIZE) // BLOCK_SIZE):
+            self.pool.register(st.blocks[i], st.hashes[i])
 
     def _prefill(self, s: S, running: list[S], preempted: list[S]) -> None:
         st: SeqState = s.state
@@ -196,30 +239,31 @@ class PagedRunner:
         k.at[0] = n - 1
         logits = self._run(k, s.history[start:start + n], prefill=True)
         st.cached = start + n
-        for i in range(start // BLOCK_SIZE, min(st.cached, len(st.hashes) * BLOCK_SIZE) // BLOCK_SIZE):
-            self.pool.register(st.blocks[i], st.hashes[i])
+        self._register(st, start)
         if st.cached == len(s.history):
             s.logits = np.array(logits[0])
 
-    def _decode(self, seqs: list[S]) -> None:
-        b = min(_pow2(len(seqs)), self.max_batch, DECODE_ROWS)
-        width = _pow2(max(len(s.state.blocks) for s in seqs))
+    def _decode(self, rows: list[tuple[S, int]]) -> None:
+        """One decoding step over ``rows``: (sequence, position of the token it feeds);
+        a row at a sequence's last token gives its logits."""
+        b = min(_pow2(len(rows)), self.rows)
+        width = _pow2(max(len(s.state.blocks) for s, _ in rows))
         k = self._bucket(b, 1, width)
         k.ids[:] = 0
         k.index.pos[:] = 0
         k.index.slots[:] = TRASH * BLOCK_SIZE
         k.index.table[:] = TRASH
-        for i, s in enumerate(seqs):
+        for i, (s, p) in enumerate(rows):
             st: SeqState = s.state
-            p = st.cached
             k.ids[i, 0] = s.history[p]
             k.index.pos[i, 0] = p
             k.index.slots[i] = st.blocks[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE
             self._table(k.index.table[i], st.blocks)
-        logits = self._run(k, [s.history[-1] for s in seqs], prefill=False)
-        for i, s in enumerate(seqs):
-            s.state.cached += 1
-            s.logits = np.array(logits[i])
+        logits = self._run(k, [s.history[p] for s, p in rows], prefill=False)
+        for i, (s, p) in enumerate(rows):
+            s.state.cached = p + 1
+            if p + 1 == len(s.history):
+                s.logits = np.array(logits[i])
 
     @staticmethod
     def _table(row: np.ndarray, blocks: list[int]) -> None:

@@ -27,7 +27,7 @@ def _embedder(path: str | None, wanted: bool) -> Any:
 def serve(model: str | None = None, embedding_model: str | None = None, embeddings: bool = True,
           host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, max_batch: int = 8,
           ctx: int | None = None, queue_limit: int = 256, kv_tokens: int | None = None, replicas: int = 1,
-          chunk: int = 256, warmup: bool = False) -> int:
+          chunk: int = 256, warmup: bool = False, turn_tokens: int | None = None) -> int:
     if replicas > 1:  # copies of this server behind Ray Serve's proxy
         from .ray_serve import main as ray_main
         argv = ["--replicas", str(replicas), "--host", host, "--port", str(port), "--max-batch", str(max_batch),
@@ -39,7 +39,7 @@ def serve(model: str | None = None, embedding_model: str | None = None, embeddin
     loaded = load_llm(model)
     engine = Engine(loaded, embedder=_embedder(embedding_model, embeddings), max_batch=max_batch, ctx=ctx,
                     queue_limit=queue_limit, kv_tokens=kv_tokens, chunk=chunk,
-                    warmup=warmup)
+                    warmup=warmup, turn_tokens=turn_tokens)
     if ctx is not None and ctx > loaded.model.config.context_length:
         print(f"braze serve: --ctx {ctx} is past the model's context; using {engine.context_length}",
               file=sys.stderr)

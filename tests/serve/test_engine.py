@@ -73,6 +73,42 @@ def test_batched_steps_match_single_sequence_generation(smollm: Any, reference: 
         assert m.kv_blocks_used == 0 and m.running == 0
 
 
+def test_a_prompt_that_arrives_while_others_decode_rides_in_their_steps(smollm: Any,
+                                                                        reference: dict[str, list[int]]) -> None:
+    long = ids_of(smollm, PROMPTS[3])
+    assert len(long) > 16
+    col = Collector()
+    first = threading.Event()
+
+    def cb(ev: Event) -> None:
+        col(ev)
+        first.set()
+    with Engine(smollm, max_batch=2, ctx=512) as engine:
+        runner = engine._runner
+        turns: list[list[int]] = []  # per turn, the rows of each decoding step
+        step, decode = runner.step, runner._decode
+
+        def spy_step(running: Any) -> Any:
+            turns.append([])
+            return step(running)
+
+        def spy_decode(rows: Any) -> None:
+            turns[-1].append(len(rows))
+            decode(rows)
+        runner.step, runner._decode = spy_step, spy_decode  # type: ignore[method-assign]
+        short = engine.submit(Request(ids_of(smollm, PROMPTS[0]), 40, ignore_eos=True), cb)  # decodes throughout
+        assert first.wait(300)
+        sid = engine.submit(Request(long, N), col)
+        col.wait([short, sid])
+        prefills = [key for key in runner.buckets if key[1] > 1]
+    # the short prompt alone took the prefill program; the long one fed 2 rows a turn
+    # beside the decoding row (3 rows a turn at a batch of 2: a step of 2 and one of 1)
+    assert prefills == [(1, 8, 1)]
+    assert col.tokens(sid) == reference[PROMPTS[3]]
+    assert max(sum(t) for t in turns) == 3 == runner.turn_rows
+    assert sum(1 for t in turns if t == [2, 1]) >= (len(long) - 1) // 2
+
+
 def test_text_and_finish_reason(smollm: Any) -> None:
     with Engine(smollm, max_batch=2, ctx=512) as engine:
         col, (sid,) = run_all(engine, smollm, [PROMPTS[0]], n=3)
