@@ -438,9 +438,9 @@ def kernel_source(k: Any, name: str) -> Rendered:
         """A loop over the row's blocks with ``body`` inside (``j``, ``m`` and the inner
         coordinates in scope); a kernel without inner loops runs its body once, as a vector
         of one lane, so every body is the same shape."""
-        out = [f"    for start in range(0, {max(length, 1)}, BLOCK):",
+        out = [f"    for start in range(0, {length}, BLOCK):",
                "        j = start + tl.arange(0, BLOCK).to(tl.int64)",
-               f"        m = j < {max(length, 1)}"]
+               f"        m = j < {length}"]
         rest_ = "j"
         for i in range(n_in - 1, -1, -1):
             out.append(f"        i{i} = {rest_} % {k.inner[i]}")

@@ -189,3 +189,11 @@ def test_cumsum(monkeypatch: pytest.MonkeyPatch) -> None:
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
     got, ref = on_both(monkeypatch, lambda x: braze.softmax(x, -1).cumsum(-1) > 0.5, a[:, :50])
     np.testing.assert_array_equal(got, ref)
+
+
+def test_empty_rows_and_sizes() -> None:
+    z = braze.zeros(3, 0, device="cuda")
+    np.testing.assert_array_equal(z.sum(-1).numpy(), np.zeros(3))  # a fold over no element: its identity
+    assert (z * 2.0).numpy().shape == (3, 0) and braze.zeros(0, 4, device="cuda").sum(-1).numpy().shape == (0,)
+    np.testing.assert_array_equal((braze.zeros(2, 0, device="cuda") @ braze.zeros(0, 4, device="cuda")).numpy(),
+                                  np.zeros((2, 4)))
