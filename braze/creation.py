@@ -19,7 +19,7 @@ from .errors import DtypeMismatch, ShapeMismatch, Unsupported
 from .layout import Layout
 from .runtime import memory
 from .storage import Storage
-from .tensor import Scalar, Tensor, _record, _scalar_value, _shape_arg, from_numpy
+from .tensor import Scalar, Tensor, _record, _record_on, _scalar_value, _shape_arg, from_numpy
 
 # -- creation ------------------------------------------------------------------------------
 
@@ -48,7 +48,7 @@ def tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     """A new tensor holding a copy of ``data`` (nested lists, scalars, numpy arrays,
     tensors). Python floats default to float32 and ints to int64, as in PyTorch; a
     numpy array keeps its dtype."""
-    as_device(device, "tensor")
+    dev = as_device(device, "tensor")
     if isinstance(data, Tensor):
         data = data.numpy()
     if isinstance(data, np.ndarray):
@@ -65,16 +65,16 @@ def tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     arr = np.require(arr, requirements="C")
     memory.check(arr.nbytes, "tensor")
     memory.adopt(arr)
-    return Tensor(Storage(d, CPU, arr.size, arr.reshape(-1)), Layout.contiguous(arr.shape))
+    return Tensor(Storage(d, dev, arr.size, arr.reshape(-1)), Layout.contiguous(arr.shape))
 
 
 def full(size: Any, fill_value: Scalar, *, dtype: Any = None, device: Any = None) -> Tensor:
-    as_device(device, "full")
+    dev = as_device(device, "full")
     shape = _shape_arg("full", (size,) if not isinstance(size, (tuple, list)) else tuple(size))
     if dtype is None:
         dtype = dt.bool_ if isinstance(fill_value, bool) else dt.int64 if isinstance(fill_value, int) else dt.float32
     d = as_dtype(dtype, "full")
-    return _record("full", [], shape=shape, dtype=d, value=_scalar_value("full", fill_value, d))
+    return _record_on(dev, "full", [], dict(shape=shape, dtype=d, value=_scalar_value("full", fill_value, d)))
 
 
 def zeros(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
@@ -87,11 +87,11 @@ def ones(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
 
 def empty(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
     """Uninitialised memory, allocated now (its contents are whatever was there)."""
-    as_device(device, "empty")
+    dev = as_device(device, "empty")
     shape = _shape_arg("empty", size)
     d = _creation_dtype(dtype, dt.float32)
     arr = memory.allocate(d.np, prod(shape), "empty")
-    return Tensor(Storage(d, CPU, arr.size, arr), Layout.contiguous(shape))
+    return Tensor(Storage(d, dev, arr.size, arr), Layout.contiguous(shape))
 
 
 def zeros_like(x: Tensor, *, dtype: Any = None) -> Tensor:
@@ -112,7 +112,7 @@ def empty_like(x: Tensor, *, dtype: Any = None) -> Tensor:
 
 def arange(start: Scalar, end: Scalar | None = None, step: Scalar = 1, *, dtype: Any = None,
            device: Any = None) -> Tensor:
-    as_device(device, "arange")
+    dev = as_device(device, "arange")
     if end is None:
         start, end = 0, start
     if step == 0:
@@ -123,15 +123,17 @@ def arange(start: Scalar, end: Scalar | None = None, step: Scalar = 1, *, dtype:
     if not math.isfinite(span):
         raise Unsupported("arange", f"start, end and step must be finite, got {start}, {end}, {step}")
     n = _b.max(0, math.ceil(span))
-    return _record("arange", [], shape=(n,), dtype=d, start=start, step=step)
+    return _record_on(dev, "arange", [], dict(shape=(n,), dtype=d, start=start, step=step))
 
 
 def linspace(start: float, end: float, steps: int, *, dtype: Any = None, device: Any = None) -> Tensor:
-    as_device(device, "linspace")
+    dev = as_device(device, "linspace")
     if steps < 0:
         raise ShapeMismatch("linspace", [(steps,)], "steps must be non-negative")
     d = _creation_dtype(dtype, dt.float32)
-    return _record("linspace", [], shape=(int(steps),), dtype=d, start=float(start), end=float(end))
+    out = _record_on(CPU, "linspace", [], dict(shape=(int(steps),), dtype=d, start=float(start), end=float(end)))
+    # linspace has no kernel (an extern op): made on the host and copied, as a random draw is
+    return out if dev == CPU else out.to(dev)
 
 
 def from_blocks(raw: np.ndarray, dtype: DType, shape: Sequence[int], owner: Any = None) -> Tensor:

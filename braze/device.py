@@ -1,4 +1,5 @@
-"""Device names. Only the CPU backend exists yet; "cuda" is recognised and refused clearly."""
+"""Device names: "cpu", and "cuda[:N]" where ``runtime/cuda_probe.py`` says it can run
+(under Triton's interpreter without a GPU); elsewhere "cuda" is refused with the reason."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import DeviceUnavailable, Unsupported
+from .runtime.cuda_probe import unavailable
 
 
 @dataclass(frozen=True)
@@ -37,5 +39,9 @@ def as_device(x: Any, op: str = "device") -> Device:
     else:
         raise Unsupported(op, f"unknown device {x!r}")
     if dev.type == "cuda":
-        raise DeviceUnavailable(str(dev), "braze's GPU backend is not built yet; use device='cpu'", op=op)
+        why = unavailable()
+        if why is not None:
+            raise DeviceUnavailable(str(dev), why, op=op)
+        if dev.index != 0:
+            raise DeviceUnavailable(str(dev), "one cuda device (cuda:0) is all braze runs yet", op=op)
     return dev

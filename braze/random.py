@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import dtypes as dt
-from .device import CPU, as_device
+from .device import CPU, Device, as_device
 from .dtypes import as_dtype
 from .errors import DtypeMismatch, InvalidArgument, OutOfMemory
 from .layout import Layout
@@ -63,10 +63,11 @@ def _draw(op: str, nbytes: int, make: Callable[[], np.ndarray]) -> np.ndarray:
         raise OutOfMemory(nbytes, memory.available(), "cpu", op=op) from None
 
 
-def _wrap(arr: np.ndarray, dtype: dt.DType) -> Tensor:
+def _wrap(arr: np.ndarray, dtype: dt.DType, device: Device = CPU) -> Tensor:
+    """The draw as a tensor on ``device`` (drawn on the host, as PyTorch's CPU generator is)."""
     arr = np.asarray(arr.astype(dtype.np), order="C")  # (ascontiguousarray would make 0-d 1-d)
     memory.adopt(arr)
-    return Tensor(Storage(dtype, CPU, arr.size, arr.reshape(-1)), Layout.contiguous(arr.shape))
+    return Tensor(Storage(dtype, device, arr.size, arr.reshape(-1)), Layout.contiguous(arr.shape))
 
 
 def _float_dtype(op: str, dtype: Any) -> dt.DType:
@@ -78,7 +79,7 @@ def _float_dtype(op: str, dtype: Any) -> dt.DType:
 
 def rand(*size: Any, generator: Generator | None = None, dtype: Any = None, device: Any = None) -> Tensor:
     """Uniform on [0, 1)."""
-    as_device(device, "rand")
+    dev = as_device(device, "rand")
     d = _float_dtype("rand", dtype)
     shape = _shape_arg("rand", size)
     rng = (generator or default_generator).numpy
@@ -88,23 +89,23 @@ def rand(*size: Any, generator: Generator | None = None, dtype: Any = None, devi
         # instead (k / 2**bits, bits = significand width), as PyTorch does.
         bits = 11 if d is dt.float16 else 8
         u = np.floor(u * np.float32(2 ** bits)) / np.float32(2 ** bits)
-    return _wrap(u, d)
+    return _wrap(u, d, dev)
 
 
 def randn(*size: Any, generator: Generator | None = None, dtype: Any = None, device: Any = None) -> Tensor:
     """Standard normal."""
-    as_device(device, "randn")
+    dev = as_device(device, "randn")
     d = _float_dtype("randn", dtype)
     shape = _shape_arg("randn", size)
     rng = (generator or default_generator).numpy
     return _wrap(_draw("randn", prod(shape) * d.itemsize, lambda: rng.standard_normal(
-        shape, dtype=np.float64 if d is dt.float64 else np.float32)), d)
+        shape, dtype=np.float64 if d is dt.float64 else np.float32)), d, dev)
 
 
 def randint(low: int, high: int | None = None, size: Any = (), *, generator: Generator | None = None,
             dtype: Any = None, device: Any = None) -> Tensor:
     """Integers uniform on [low, high)."""
-    as_device(device, "randint")
+    dev = as_device(device, "randint")
     if high is None:
         low, high = 0, low
     d = as_dtype(dtype, "randint") if dtype is not None else dt.int64
@@ -112,7 +113,7 @@ def randint(low: int, high: int | None = None, size: Any = (), *, generator: Gen
     rng = (generator or default_generator).numpy
     if not (isinstance(low, (int, np.integer)) and isinstance(high, (int, np.integer))) or low >= high:
         raise InvalidArgument("randint", f"needs integers low < high, got low={low!r}, high={high!r}")
-    return _wrap(_draw("randint", prod(shape) * d.itemsize, lambda: rng.integers(low, high, shape)), d)
+    return _wrap(_draw("randint", prod(shape) * d.itemsize, lambda: rng.integers(low, high, shape)), d, dev)
 
 
 def rand_like(x: Tensor, *, generator: Generator | None = None, dtype: Any = None) -> Tensor:

@@ -179,10 +179,34 @@ def _execute(nodes: "deque[Node]") -> None:
     if fusion_enabled():
         _plan_module().execute(nodes)
     else:
-        if isinstance(nodes, NodeQueue):
-            nodes.form = None  # kept while fusion was on: it would keep intermediates alive
-        from .runtime.reference import run
-        run(nodes)
+        _reference(nodes)
+
+
+def _reference(nodes: "deque[Node]") -> None:
+    if isinstance(nodes, NodeQueue):
+        nodes.form = None  # kept while fusion was on: it would keep intermediates alive
+    from .runtime.reference import run
+    run(nodes)
+
+
+_cuda: Executor | None = None  # the cuda device's executor (braze.runtime.cuda registers itself)
+
+
+def set_cuda_executor(executor: Executor) -> None:
+    global _cuda
+    _cuda = executor
+
+
+def _execute_cuda(nodes: "deque[Node]") -> None:
+    """The cuda stream: Triton kernels (``runtime/cuda.py``); with ``BRAZE_FUSION=0`` the
+    reference executor, which under Triton's interpreter reads the same host memory
+    (the oracle the cuda kernels are tested against)."""
+    if not fusion_enabled():
+        _reference(nodes)
+    elif _cuda is None:
+        raise RuntimeError("internal: braze.runtime.cuda was not imported (import braze, not its modules alone)")
+    else:
+        _cuda(nodes)
 
 
 def _form() -> Tracker | None:
@@ -196,7 +220,7 @@ def _form() -> Tracker | None:
 def stream(device: str = "cpu") -> Stream:
     s = _streams.get(device)
     if s is None:
-        s = _streams[device] = Stream(_execute, tracker=_form)
+        s = _streams[device] = Stream(_execute if device == "cpu" else _execute_cuda, tracker=_form)
     return s
 
 

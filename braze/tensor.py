@@ -267,8 +267,11 @@ class Tensor:
                                                        "take .to(braze.float32) (dequantized) first")
         self.realize()
         lay = self._layout
-        return strided(self._storage.data(), lay.shape, lay.strides, lay.offset,
+        view = strided(self._storage.data(), lay.shape, lay.strides, lay.offset,
                        writeable=not self._storage.readonly)
+        # A cuda tensor's data is copied back (device memory is no numpy buffer; under
+        # the interpreter it is host memory, copied all the same so both modes agree).
+        return view.copy() if self._storage.device.type != "cpu" else view
 
     def __array__(self, dtype: Any = None, copy: _bool | None = None) -> np.ndarray:
         arr = self.numpy()
@@ -353,7 +356,9 @@ class Tensor:
             else:
                 device = a
         if device is not None:
-            as_device(device, "to")
+            dev = as_device(device, "to")
+            if dev != self.device:  # moved, then cast (the cast runs on the new device)
+                return _moved(self, dev).to(dtype) if dtype is not None else _moved(self, dev)
         if dtype is None or as_dtype(dtype, "to") is self.dtype:
             return self
         if self.dtype.is_block:  # dequantized, then cast if another float type is asked for
@@ -382,7 +387,10 @@ class Tensor:
         return self.to(dt.bool_)
 
     def cpu(self) -> "Tensor":
-        return self
+        return self.to(CPU)
+
+    def cuda(self) -> "Tensor":
+        return self.to("cuda")
 
     def detach(self) -> "Tensor":
         return self
@@ -729,8 +737,32 @@ def _same_device(op: str, tensors: Sequence[Tensor]) -> Device:
     dev = tensors[0].device if tensors else CPU
     for t in tensors[1:]:
         if t.device != dev:
-            raise DeviceMismatch(op, [x.device for x in tensors])
+            return _mixed_devices(op, tensors)
     return dev
+
+
+def _moved(t: Tensor, dev: Device) -> Tensor:
+    """``t`` copied to device ``dev``, contiguous: a sync point for ``t`` (its stream is
+    flushed), as PyTorch's ``.to(device)`` is where the user asks for it. Under Triton's
+    interpreter both devices' memory is the host's, from one pool."""
+    if t.dtype.is_block:
+        raise Unsupported("to", f"a {t.dtype.name} (block-quantized) tensor cannot move to {dev} yet: "
+                                "the cuda device has no quantized kernels")
+    src = t.numpy()  # realised (a copy already, when it comes from a device)
+    buf = memory.allocate(t.dtype.np, src.size, "to")
+    buf.reshape(src.shape)[...] = src
+    return Tensor(Storage(t.dtype, dev, src.size, buf), _contiguous(t.shape))
+
+
+def _mixed_devices(op: str, tensors: Sequence[Tensor]) -> Device:
+    """The device of operands on several: a scalar braze made into a constant (``x * 2``)
+    lives on the CPU and goes with a tensor on any device, as PyTorch's CPU scalars do
+    (it is realised and never written, so no stream orders it); anything else mixed is
+    a ``DeviceMismatch``."""
+    devices = {t.device for t in tensors if t._storage.owner is not _CONSTS}
+    if len(devices) == 1:
+        return devices.pop()
+    raise DeviceMismatch(op, [x.device for x in tensors])
 
 
 def _atomic(fn: Any) -> Any:
@@ -748,8 +780,12 @@ def _atomic(fn: Any) -> Any:
 def _record(op: str, inputs: Sequence[Tensor], **attrs: Any) -> Any:
     """Check ``inputs`` with the op's rules, then append one node; returns the output
     tensor (or a tuple for multi-output ops). Nothing is recorded if a rule raises."""
+    return _record_on(_same_device(op, inputs), op, inputs, attrs)
+
+
+def _record_on(device: Device, op: str, inputs: Sequence[Tensor], attrs: dict[str, Any]) -> Any:
+    """``_record`` on ``device`` (a creation op's: it has no input to take it from)."""
     opdef = REGISTRY[op]
-    device = _same_device(op, inputs)
     shapes = opdef.shape(op, [t._layout.shape for t in inputs], attrs)
     dtypes = opdef.dtype(op, [t._storage.dtype for t in inputs], attrs)
     memory.check(_b.sum(prod(s) * d.itemsize for s, d in zip(shapes, dtypes)), op)
@@ -796,7 +832,7 @@ def _constant(value: Scalar, dtype: DType) -> Tensor:
         if len(_CONSTS) > 4096:
             _CONSTS.clear()
         arr = np.asarray(value).astype(dtype.np).reshape(1)
-        st = _CONSTS[key] = Storage(dtype, CPU, 1, arr, readonly=True)
+        st = _CONSTS[key] = Storage(dtype, CPU, 1, arr, readonly=True, owner=_CONSTS)
     return Tensor(st, _SCALAR_LAYOUT)
 
 

@@ -149,7 +149,7 @@ def test_matmul_is_an_extern_step_between_fused_kernels() -> None:
 
 
 def test_mean_and_variance_share_one_pass() -> None:
-    from braze.codegen.c import _passes
+    from braze.codegen.loops import passes as _passes
     from braze.schedule import KernelStep, schedule
     x = braze.randn(4, 64)
     m = x.mean(-1, keepdim=True)

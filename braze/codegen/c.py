@@ -21,6 +21,7 @@ from .. import dtypes as dt
 from .. import ir
 from ..dtypes import DType
 from . import checks, quant
+from .loops import Temporaries, is_float_minmax, passes
 from .headers import header
 
 CTYPE = {
@@ -208,10 +209,9 @@ def converted(value: str, src: DType, d: DType) -> str:
     return value
 
 
-class Renderer:
-    """Renders expressions inside one loop body. Each distinct subexpression becomes one
-    ``const`` temporary (expressions are structural values, so equal subtrees share
-    it): an inlined producer used five times is computed once per element."""
+class Renderer(Temporaries):
+    """Renders expressions inside one loop body, each distinct subexpression one
+    ``const`` temporary (``loops.Temporaries``)."""
 
     def __init__(self, coords: list[str], prefix: str = "v", acc: str = "acc{}", n_outer: int = 0,
                  hoisted: dict[ir.Expr, str] | None = None) -> None:
@@ -269,10 +269,10 @@ class Renderer:
             text = self.op(e)
         else:  # a Dot is rendered by the chain kernel, which names its tile value
             raise AssertionError(f"no C for {type(e).__name__} outside a chain kernel")
-        name = f"{self.prefix}{len(self.memo)}"
-        self.memo[e] = name
-        self.stmts.append(f"const {vtype(e.dtype)} {name} = {text};")
-        return name
+        return self.bind(e, text)
+
+    def declare(self, name: str, text: str, e: ir.Expr) -> str:
+        return f"const {vtype(e.dtype)} {name} = {text};"
 
     def op(self, e: ir.Op) -> str:
         args = [self.expr(a) for a in e.args]
@@ -308,10 +308,6 @@ class Renderer:
         index = " + ".join([self.index(a)] + [f"{self.expr(i)} * {s}" for i, s in at])  # a scatter's rows
         return f"a{arg}[{index}] = {self.stored(e, d)};"
 
-    def take(self) -> list[str]:
-        """The temporaries defined so far (to emit before the statements using them)."""
-        out, self.stmts = self.stmts, []
-        return out
 
 
 _INIT = {"sum": "0", "prod": "1", "any": "0", "all": "1"}
@@ -344,20 +340,6 @@ def _reduce_update(op: str, acc: str, x: str, d: DType) -> str:
     }[op]
 
 
-def _passes(k: ir.Kernel) -> list[list[int]]:
-    """Reduce stages grouped into passes: a reduction that reads another's result runs
-    in a later pass; independent reductions (mean and mean of squares) share one."""
-    level: dict[int, int] = {}
-    for i, s in enumerate(k.stages):
-        if isinstance(s, ir.Reduce):
-            deps = [n.stage for n in ir.walk(s.expr) if isinstance(n, ir.Acc)]
-            level[i] = 1 + max((level[d] for d in deps), default=-1)
-    out: list[list[int]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
-    for i, lv in level.items():
-        out[lv].append(i)
-    return out
-
-
 COLUMN_BLOCK = 256
 
 
@@ -369,14 +351,10 @@ def _column_reduction(k: ir.Kernel) -> bool:
     if len(k.outer) != 1 or not k.inner or any(isinstance(s, ir.Store) for s in k.stages):
         return False
     reduces = [s for s in k.stages if isinstance(s, ir.Reduce)]
-    if not reduces or len(_passes(k)) != 1:
+    if not reduces or len(passes(k)) != 1:
         return False
     loads = [n for s in reduces for n in ir.walk(s.expr) if isinstance(n, ir.Load)]
     return bool(loads) and all(n.index.coeffs[0] == 1 and n.index.coeffs[-1] != 1 and not n.index.divs for n in loads)
-
-
-def _is_float_minmax(s: ir.Reduce) -> bool:
-    return s.op in ("amax", "amin") and s.dtype.is_floating_point
 
 
 def _fold(k: ir.Kernel, indices: list[int], r: Renderer, acc: str, nan: str) -> list[str]:
@@ -388,7 +366,7 @@ def _fold(k: ir.Kernel, indices: list[int], r: Renderer, acc: str, nan: str) -> 
         s = k.stages[i]
         assert isinstance(s, ir.Reduce)
         x = r.expr(s.expr)
-        if _is_float_minmax(s):
+        if is_float_minmax(s):
             updates.append(f"{nan.format(i)} |= ({x} != {x});")
         else:
             x = f"(({vtype(s.dtype)}){x})"
@@ -409,7 +387,7 @@ def _column_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) 
         assert isinstance(s, ir.Reduce)
         lines.append(f"        {vtype(s.dtype)} acc{i}[{COLUMN_BLOCK}];")
         lines.append(f"        for (int64_t r = 0; r < nb; r++) acc{i}[r] = {_reduce_init(s.op, s.dtype)};")
-        if _is_float_minmax(s):
+        if is_float_minmax(s):
             lines.append(f"        int nan{i}[{COLUMN_BLOCK}] = {{0}};")
     ind = "        "
     for j, size in enumerate(k.inner):
@@ -427,7 +405,7 @@ def _column_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) 
     lines.append("        for (int64_t r = 0; r < nb; r++) {")
     lines.append("            const int64_t o0 = rb + r;")
     for i in reduces:
-        if _is_float_minmax(k.stages[i]):  # type: ignore[arg-type]
+        if is_float_minmax(k.stages[i]):  # type: ignore[arg-type]
             lines.append(f"            if (nan{i}[r]) acc{i}[r] = NAN;")
     row = Renderer(coords, acc="acc{}[r]", hoisted=hoisted)
     stores = [row.store(s.arg, s.index, s.expr, k.args[s.arg][0]) for s in k.stages if isinstance(s, ir.StoreRow)]
@@ -573,7 +551,7 @@ def _rolling(k: ir.Kernel, passes: list[list[int]], coords: list[str], n_out: in
     checks = " || ".join(f"nan{p} || !isfinite(acc{p})" for p in producers) or "0"
     out.append(f"const int redo = {checks};")
     for i in reduces:
-        if _is_float_minmax(k.stages[i]):  # type: ignore[arg-type]
+        if is_float_minmax(k.stages[i]):  # type: ignore[arg-type]
             out.append(f"if (nan{i}) acc{i} = NAN;")
     return out
 
@@ -700,7 +678,7 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows | ir.TopK, name: str, siz
     parallel = f"num_threads(nthreads) if(nthreads > 1 && {total} > 32768)"
     # Not when the last pass stashes values in the output: that wrote its lines into
     # the cache already, and streaming over them gains nothing (softmax: 1.40x slower).
-    streamed = (_streams(k) if stream is None else stream and _may_stream(k)) and not _stashes(k, _passes(k))
+    streamed = (_streams(k) if stream is None else stream and _may_stream(k)) and not _stashes(k, passes(k))
     if streamed:  # each thread fences its streamed stores before the region's barrier
         lines += [f"    #pragma omp parallel {parallel}", "    {", "    #pragma omp for schedule(static) nowait"]
     else:
@@ -720,8 +698,8 @@ def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, str
     parallel loop and a quantized matmul's prologue (one row of x at a time)."""
     n_out, n_in = len(k.outer), len(k.inner)
     coords = [f"o{i}" for i in range(n_out)] + [f"i{i}" for i in range(n_in)]
-    passes = _passes(k)
-    stash = _stashes(k, passes)
+    levels = passes(k)
+    stash = _stashes(k, levels)
     lines = row_coords(k.outer, body_indent)
 
     def inner_loop(body: list[str], reduction: str = "") -> list[str]:
@@ -743,28 +721,28 @@ def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, str
     # gathers' row-constant index checks, once per row (their loops then vectorise)
     row_checked, hoisted = checks.hoisted_rows(k, Renderer(coords, prefix="g", n_outer=n_out, hoisted=hoisted), hoisted)
     lines += [body_indent + t for t in row_checked]
-    rolled = _rolling(k, passes, coords, n_out, hoisted)
+    rolled = _rolling(k, levels, coords, n_out, hoisted)
     if rolled:
         lines += [body_indent + t for t in rolled]
         lines.append(f"{body_indent}if (redo) {{")
-    for p in passes:
+    for p in levels:
         clauses = []
         for i in p:
             s = k.stages[i]
             assert isinstance(s, ir.Reduce)
             decl = "" if rolled else f"{vtype(s.dtype)} "
             lines.append(f"{body_indent}{decl}acc{i} = {_reduce_init(s.op, s.dtype)};")
-            if _is_float_minmax(s):
+            if is_float_minmax(s):
                 lines.append(f"{body_indent}{'' if rolled else 'int '}nan{i} = 0;")
                 clauses.append(f" reduction(|:nan{i})")
             clauses.append(f" reduction({_OMP[s.op]}:acc{i})")
         fold = Renderer(coords, n_outer=n_out, hoisted=hoisted)
         body = _fold(k, p, fold, "acc{}", "nan{}")
-        if p is passes[-1]:
+        if p is levels[-1]:
             body += [f"a{st.arg}[{fold.index(st.index)}] = {fold.memo[e]};" for e, st in stash.items()]
         lines += inner_loop(body, "".join(clauses))
         for i in p:
-            if _is_float_minmax(k.stages[i]):  # type: ignore[arg-type]
+            if is_float_minmax(k.stages[i]):  # type: ignore[arg-type]
                 lines.append(f"{body_indent}if (nan{i}) acc{i} = NAN;")
     if rolled:
         lines.append(f"{body_indent}}}")

@@ -42,7 +42,8 @@ from math import prod
 from .. import dtypes as dt
 from .. import ir
 from . import c as _c
-from .c import _OMP, Renderer, _passes, converted, _reduce_init, _reduce_update, _safe, moved, repaired, repaired_when_moved
+from .loops import passes
+from .c import _OMP, Renderer, converted, _reduce_init, _reduce_update, _safe, moved, repaired, repaired_when_moved
 
 BQ = 48  # rows per task (a multiple of the GEMM tile's 6): each packed B and V tile serves them all
 BK = 96  # row-axis tile: scores, weights and packed tiles are BQ x BK / BK x D / BK x E
@@ -165,7 +166,7 @@ def _fused_max(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr | None,
     max)``). An additive mask's -inf entries need no special case: they are what the
     max passes over and what the weights' exp makes 0."""
     score = _score_node(k, dot)
-    first = _passes(k)[0] if _passes(k) else []
+    first = passes(k)[0] if passes(k) else []
     contract = next(s for s in k.stages if isinstance(s, ir.Contract))
     if score is None or not first or not any(isinstance(a, ir.Acc) for a in ir.walk(contract.weight)):
         return None
@@ -575,7 +576,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         # One loop over the tile per level of reductions (those of a level do not read
         # each other); the contraction's weights join the loop of the level after their
         # producers, so a value both need (softmax's exp) is computed once per element.
-        level_of = {i: lv for lv, ids in enumerate(_passes(k)) for i in ids}
+        level_of = {i: lv for lv, ids in enumerate(passes(k)) for i in ids}
         w_level = 1 + max((level_of[a.stage] for a in ir.walk(contract.weight) if isinstance(a, ir.Acc)), default=-1)
         loops = [[i for i in stage_ids if level_of[i] == lv] for lv in sorted({level_of[i] for i in stage_ids})]
         weight_in = next((n for n, ids in enumerate(loops) if level_of[ids[0]] == w_level), None) \
@@ -718,7 +719,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         res.append(f"{ind}for (int64_t ii = 0; ii < nq; ii++) redo |= {checks};")
         res.append(f"{ind}if (redo) {{")
         res += init(ind + "    ")
-        for stage_ids in _passes(k):
+        for stage_ids in passes(k):
             res += sweep(stage_ids, False, False, ind + "    ")
             for i in stage_ids:
                 res.append(f"{ind}    for (int64_t ii = 0; ii < nq; ii++) if (nan{i}[ii]) acc{i}[ii] = NAN;")

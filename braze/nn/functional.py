@@ -121,7 +121,8 @@ def repeat_kv(x: Tensor, groups: int) -> Tensor:
     return x.unsqueeze(-3).expand(*lead, kv, groups, s, d).reshape(*lead, kv * groups, s, d)
 
 
-def causal_mask(q_len: int, kv_len: int, offset: int | None = None, window: int | None = None) -> Tensor:
+def causal_mask(q_len: int, kv_len: int, offset: int | None = None, window: int | None = None,
+                device: Any = None) -> Tensor:
     """Bool (q_len, kv_len) mask, True where query i may see key j: ``j <= i + offset``,
     and with a sliding ``window`` (Mistral, Gemma 3's local layers) only the last
     ``window`` keys up to it: ``i + offset - j < window``.
@@ -130,7 +131,7 @@ def causal_mask(q_len: int, kv_len: int, offset: int | None = None, window: int 
     what decoding with a KV cache needs. The mask is index arithmetic only, so a fused
     attention kernel recomputes it where it reads it: it never exists in memory."""
     off = kv_len - q_len if offset is None else offset
-    j, i = arange(kv_len).unsqueeze(0), (arange(q_len) + off).unsqueeze(1)
+    j, i = arange(kv_len, device=device).unsqueeze(0), (arange(q_len, device=device) + off).unsqueeze(1)
     seen = j <= i
     return seen if window is None else seen & (j > i - window)
 
@@ -182,7 +183,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     if softcap is not None:
         scores = (scores / softcap).tanh() * softcap
     if is_causal:
-        scores = scores.masked_fill(causal_mask(q_len, key.shape[-2], 0).logical_not(), -math.inf)
+        scores = scores.masked_fill(causal_mask(q_len, key.shape[-2], 0, device=query.device).logical_not(), -math.inf)
     if attn_mask is not None:
         if attn_mask.dtype is dt.bool_:
             scores = where(attn_mask, scores, -math.inf)

@@ -319,7 +319,7 @@ class Attention(Module):
         elif cache is not None:
             k, v = cache.append(k, v)
         if mask is None and (t > 1 or self.window is not None):
-            mask = F.causal_mask(t, k.shape[-2], window=self.window)
+            mask = F.causal_mask(t, k.shape[-2], window=self.window, device=k.device)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True, softcap=self.softcap,
                                              scale=self.scale)
         return self.o(out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))

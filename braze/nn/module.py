@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Iterator, Mapping
 
+from ..device import Device, as_device
 from ..dtypes import as_dtype
 from ..errors import StateDictMismatch
 from ..tensor import Tensor
@@ -127,7 +128,10 @@ class Module:
         return missing, unexpected
 
     def to(self, dtype: Any) -> "Module":
-        """Cast floating parameters and buffers to ``dtype`` (explicit, as all casts)."""
+        """Cast floating parameters and buffers to ``dtype`` (explicit, as all casts), or
+        move every parameter and buffer to a device (``"cuda"``, ``"cpu"``)."""
+        if isinstance(dtype, Device) or isinstance(dtype, str) and dtype.split(":")[0] in ("cpu", "cuda"):
+            return self._moved(as_device(dtype, "Module.to"))
         d = as_dtype(dtype, "Module.to")
         # a tensor shared by several names (tied weights) is cast once and stays shared;
         # the original is kept alive here so its id is not reused during the walk
@@ -139,6 +143,16 @@ class Module:
                         if id(t) not in done:
                             done[id(t)] = (t, t.to(d))
                         table[name] = done[id(t)][1]
+        return self
+
+    def _moved(self, dev: Device) -> "Module":
+        done: dict[int, tuple[Tensor, Tensor]] = {}  # tied weights move once and stay tied
+        for m in self.modules():
+            for table in (m._parameters, m._buffers):
+                for name, t in table.items():
+                    if id(t) not in done:
+                        done[id(t)] = (t, t.to(dev))
+                    table[name] = done[id(t)][1]
         return self
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -69,8 +69,12 @@ class Schedule:
 
 
 class Scheduler:
-    def __init__(self, nodes: Sequence[Any], key_of: dict[int, Key], live: set[Key]) -> None:
+    def __init__(self, nodes: Sequence[Any], key_of: dict[int, Key], live: set[Key], library: bool = True) -> None:
         self.nodes = nodes
+        #: the target renders braze's library kernels (attention chains, quantized matmuls
+        #: and row gathers, top-k): the C backend does; the Triton one does not yet, so
+        #: there those nodes stay nodes of their own (extern steps)
+        self.library = library
         self.key_of = key_of  # id(storage) -> relative key
         self.live = live
         self.groups: list[Group] = []
@@ -108,19 +112,19 @@ class Scheduler:
                 if self.claimed[i].last == i:
                     self.chain_end(self.claimed[i])
                 continue
-            if node.op.name == "matmul" and self.chain_start(i, node):
+            if node.op.name == "matmul" and self.library and self.chain_start(i, node):
                 continue
             if node.op.name == "cat" and self.cat(i, node):
                 continue
-            if node.op.name == "qlinear" and self.qlinear(i, node):
+            if node.op.name == "qlinear" and self.library and self.qlinear(i, node):
                 continue
             if node.op.name == "assign" and self.assign(i, node):
                 continue
             if node.op.name == "index_copy" and self.scatter(i, node):
                 continue
-            if node.op.name == "qembedding" and self.qrows(i, node):
+            if node.op.name == "qembedding" and self.library and self.qrows(i, node):
                 continue
-            if node.op.name == "topk" and self.topk(i, node):
+            if node.op.name == "topk" and self.library and self.topk(i, node):
                 continue
             if node.op.inplace or lower is None:
                 if lower is None and not node.op.inplace:
@@ -287,9 +291,12 @@ class Scheduler:
         (src,), (dst,) = node.inputs, node.outputs
         shape = dst.layout.shape
         if (src.storage is dst.storage or src.layout.shape != shape or not shape or prod(shape) == 0
-                or src.storage.dtype is not dst.storage.dtype or dst.storage.array is None
+                or src.storage.dtype is not dst.storage.dtype or (dst.storage.array is None and self.library)
                 or dst.storage.dtype.is_block):
-            return False  # a block tensor's bytes are copied by the reference (numpy)
+            # A block tensor's bytes are copied by the reference (numpy). A target made in
+            # this flush is too on the CPU; the Triton target has no reference to fall back
+            # on, and writes it as any other (its producer stores it: the write reads it).
+            return False
         self.settle(node)  # a write: closes every open group first
         nd = len(shape)
         dims = tuple(range(nd))
@@ -687,5 +694,6 @@ class Scheduler:
         self.steps.append(folded)
 
 
-def schedule(nodes: Sequence[Any], key_of: dict[int, Key], live: set[Key]) -> Schedule:
-    return Scheduler(nodes, key_of, live).run()
+def schedule(nodes: Sequence[Any], key_of: dict[int, Key], live: set[Key], library: bool = True) -> Schedule:
+    """``library``: whether the target renders braze's library kernels (``Scheduler.library``)."""
+    return Scheduler(nodes, key_of, live, library).run()

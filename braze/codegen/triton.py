@@ -1,0 +1,502 @@
+"""Triton renderer: the same loop IR kernels ``c.py`` reads, as Triton source.
+
+One program per row (``tl.program_id(0)`` is the flattened outer coordinate); inside it
+the row (the inner coordinates, flattened) is walked in blocks of ``BLOCK`` lanes, one
+walk per pass of reductions (``loops.passes``: a reduction that reads another's result
+waits for it), each pass folding a vector accumulator that is reduced to the row's
+value after the walk, then one walk for the element stores. Row stores (a reduction's
+result) are scalar stores once per row. Expressions go through rule tables (``UNARY``,
+``BINARY``: op name -> Triton template per kind of dtype), each distinct subexpression
+one temporary, as in the C renderer.
+
+Numerics follow the C renderer where Triton can say the same thing: half types are
+loaded into float32 and every half result is rounded back to its type (the reference
+rounds node by node); float max/min keep a NaN flag beside the fold; a float -> int cast
+saturates and maps NaN to 0. Division by a row constant stays a division (the C's
+reciprocal is a CPU trick). Functions are the ones Triton's interpreter also runs
+(``tl.exp``, ``tl.math.erf``, ...); tanh is spelled through ``exp``, as Triton has no
+portable one. Sums fold in another order than numpy's: tests compare within float
+tolerance.
+
+Gathers (``Load.at``) check each index as the C does (``checked``): a bad one reads at
+0 and is recorded in ``err``, an extra argument of three int64 per check (a flag, the
+smallest and the largest bad value), which the runtime reads after the kernel.
+
+A scan (``cumsum``) walks its row in order, each block's ``tl.cumsum`` on top of the
+sum of the blocks before it.
+
+What it does not render yet raises ``NotRendered`` naming it (scatters, chain kernels, the quantized and top-k library kernels); the runtime turns that into a
+typed error naming the op (``runtime/cuda.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from math import prod
+from typing import Any, Callable
+
+from .. import dtypes as dt
+from .. import ir
+from ..dtypes import DType
+from .loops import Temporaries, is_float_minmax, passes
+
+#: lanes of a row walked at once, at most (a power of two, as ``tl.arange`` needs)
+MAX_BLOCK = 1024
+
+TL = {
+    "float32": "tl.float32", "float64": "tl.float64", "float16": "tl.float16", "bfloat16": "tl.bfloat16",
+    "int8": "tl.int8", "uint8": "tl.uint8", "int16": "tl.int16", "int32": "tl.int32", "int64": "tl.int64",
+    "bool": "tl.int1",
+}
+
+
+class NotRendered(Exception):
+    """A kernel (or a part of one) this renderer does not produce yet; ``what`` says which."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        super().__init__(what)
+
+
+def vtype(d: DType) -> str:
+    """The Triton type a value of dtype ``d`` is computed in."""
+    if d.is_block:
+        raise NotRendered(f"a {d.name} (block-quantized) operand")
+    return "tl.float32" if d.is_half else TL[d.name]
+
+
+def _f(d: DType, f32: str, f64: str) -> str:
+    return f64 if d is dt.float64 else f32
+
+
+def _tanh(d: DType, a: str) -> str:
+    """tanh through exp: sign(x) * (1 - e) / (1 + e), e = exp(-2|x|), which never
+    overflows; NaN stays NaN."""
+    e = f"tl.exp(-2.0 * tl.abs({a}))"
+    return f"tl.where({a} < 0, -1.0, 1.0) * ((1.0 - {e}) / (1.0 + {e}))"
+
+
+def _round_half_even(a: str) -> str:
+    f = f"tl.floor({a})"
+    odd = f"(({f}) - 2.0 * tl.floor(({f}) * 0.5)) != 0"
+    return (f"tl.where({a} - {f} > 0.5, {f} + 1.0, tl.where({a} - {f} < 0.5, {f}, "
+            f"tl.where({odd}, {f} + 1.0, {f})))")
+
+
+def _sign(d: DType, a: str) -> str:
+    t = vtype(d)
+    s = f"(({a} > 0).to({t}) - ({a} < 0).to({t}))"
+    return f"tl.where({a} != {a}, {a}, {s})" if d.is_floating_point else s
+
+
+# unary: name -> (dtype of the operand) -> template over {a}
+UNARY: dict[str, Callable[[DType], str]] = {
+    "neg": lambda d: "(-{a})",
+    "abs": lambda d: "tl.abs({a})",
+    "exp": lambda d: "tl.exp({a})",
+    "log": lambda d: "tl.log({a})",
+    "sqrt": lambda d: _f(d, "tl.sqrt_rn({a})", "tl.sqrt({a})"),
+    "rsqrt": lambda d: _f(d, "(1.0 / tl.sqrt_rn({a}))", "(1.0 / tl.sqrt({a}))"),
+    "reciprocal": lambda d: "(1.0 / {a})",
+    "sin": lambda d: "tl.sin({a})",
+    "cos": lambda d: "tl.cos({a})",
+    "tanh": lambda d: _tanh(d, "{a}"),
+    "sigmoid": lambda d: "(1.0 / (1.0 + tl.exp(-{a})))",
+    "erf": lambda d: "tl.math.erf({a})",
+    "relu": lambda d: "tl.where({a} < 0, 0, {a})",
+    "gelu": lambda d: "(0.5 * {a} * (1.0 + tl.math.erf({a} * 0.70710678118654752)))",
+    "gelu_tanh": lambda d: "(0.5 * {a} * (1.0 + " + _tanh(d, "(0.79788456080286536 * ({a} + 0.044715 * {a} * {a} * {a}))") + "))",
+    "silu": lambda d: "({a} / (1.0 + tl.exp(-{a})))",
+    "floor": lambda d: "tl.floor({a})" if d.is_floating_point else "{a}",
+    "ceil": lambda d: "tl.ceil({a})" if d.is_floating_point else "{a}",
+    "round": lambda d: _round_half_even("{a}") if d.is_floating_point else "{a}",
+    "sign": lambda d: _sign(d, "{a}"),
+    "logical_not": lambda d: "({a} == 0)",
+    "isnan": lambda d: "({a} != {a})",
+    "isinf": lambda d: "(tl.abs({a}) == float('inf'))",
+    "isfinite": lambda d: "(({a} - {a}) == 0)",
+}
+
+
+def _floordiv(d: DType) -> str:
+    """Integer floor division with C's truncating ``//`` underneath (Triton's, on the
+    GPU and in its interpreter alike): one less where the signs differ and there is a
+    remainder; a zero divisor gives 0, as braze's C does."""
+    if d.is_floating_point:
+        raise NotRendered("floor division of floats")
+    b = "tl.where({b} == 0, 1, {b})"
+    q = f"({{a}} // {b})"
+    fix = f"((({{a}} % {b}) != 0) & (({{a}} < 0) != ({{b}} < 0)))"
+    return f"tl.where({{b}} == 0, 0, {q} - {fix}.to({vtype(d)}))"
+
+
+def _remainder(d: DType) -> str:
+    if d.is_floating_point:
+        raise NotRendered("the remainder of floats")
+    b = "tl.where({b} == 0, 1, {b})"
+    r = f"({{a}} % {b})"
+    fix = f"(({r} != 0) & (({r} < 0) != ({{b}} < 0)))"
+    return f"tl.where(({{b}} == 0) | ({{b}} == -1), 0, {r} + tl.where({fix}, {{b}}, 0))"
+
+
+def _minmax(cmp: str) -> Callable[[DType], str]:
+    return lambda d: f"tl.where(({{a}} != {{a}}) | ({{a}} {cmp} {{b}}), {{a}}, {{b}})"
+
+
+BINARY: dict[str, Callable[[DType], str]] = {
+    "add": lambda d: "({a} + {b})",
+    "sub": lambda d: "({a} - {b})",
+    "mul": lambda d: "({a} * {b})",
+    "div": lambda d: "({a} / {b})" if d.is_floating_point else "({a}.to(tl.float64) / {b}.to(tl.float64))",
+    "floor_divide": _floordiv,
+    "remainder": _remainder,
+    "maximum": _minmax(">"),
+    "minimum": _minmax("<"),
+    "eq": lambda d: "({a} == {b})",
+    "ne": lambda d: "({a} != {b})",
+    "lt": lambda d: "({a} < {b})",
+    "le": lambda d: "({a} <= {b})",
+    "gt": lambda d: "({a} > {b})",
+    "ge": lambda d: "({a} >= {b})",
+    "logical_and": lambda d: "(({a} != 0) & ({b} != 0))",
+    "logical_or": lambda d: "(({a} != 0) | ({b} != 0))",
+    "logical_xor": lambda d: "(({a} != 0) != ({b} != 0))",
+}
+
+
+def _pow(a: str, b: str, exponent: Any, d: DType) -> str:
+    """``a ** b``: small constant exponents as products (exact, as the reference's pow
+    is for them), otherwise exp2(b * log2|a|) with the sign of an odd integer power and
+    NaN for a negative base to a fractional power."""
+    if d.is_integer:
+        raise NotRendered("integer pow")
+    if exponent is not None:
+        if exponent == 2:
+            return f"({a} * {a})"
+        if exponent == 1:
+            return a
+        if exponent == 0.5:
+            return f"tl.sqrt({a})" if d is dt.float64 else f"tl.sqrt_rn({a})"
+        if exponent == -1:
+            return f"(1.0 / {a})"
+        if exponent == 3:
+            return f"({a} * {a} * {a})"
+    mag = f"tl.exp2({b} * tl.log2(tl.abs({a})))"
+    whole = f"(tl.floor({b}) == {b})"
+    odd = f"(({b}) - 2.0 * tl.floor(({b}) * 0.5) != 0)"
+    return (f"tl.where({b} == 0, 1.0, tl.where({a} >= 0, {mag}, tl.where({whole}, "
+            f"tl.where({odd}, -{mag}, {mag}), float('nan'))))")
+
+
+def literal(value: Any, d: DType) -> str:
+    """A Python literal of ``value`` as dtype ``d`` (NaN and infinities spelled as floats)."""
+    if d.is_floating_point:
+        v = float(value)
+        text = "float('nan')" if math.isnan(v) else ("float('inf')" if v > 0 else "-float('inf')") \
+            if math.isinf(v) else repr(v)
+    elif d is dt.bool_:
+        text = "1" if value else "0"
+    else:
+        text = str(int(value))
+    return text
+
+
+def const(value: Any, d: DType) -> str:
+    return f"tl.full([], {literal(value, d)}, {vtype(d)})"
+
+
+def _float_to_int(a: str, d: DType) -> str:
+    """float -> int as the reference defines it: NaN 0, truncation toward zero inside the
+    range, saturation outside (the conversion itself only sees values inside)."""
+    import numpy as np
+    info = np.iinfo(d.np)
+    lo, hi = float(info.min), float(info.max)  # hi rounds up to the first value outside
+    t = TL[d.name]
+    safe = f"tl.where(({a} != {a}) | ({a} <= {lo!r}) | ({a} >= {hi!r}), 0.0, {a})"
+    return f"tl.where({a} >= {hi!r}, {info.max}, tl.where({a} <= {lo!r}, {info.min}, {safe}.to({t})))"
+
+
+def _round(text: str, d: DType) -> str:
+    """A float32 result rounded to a half type (kept in float32), as the reference stores it."""
+    if d is dt.bfloat16:
+        return f"_braze_bf16({text})"
+    if d.is_half:
+        return f"{text}.to({TL[d.name]}).to(tl.float32)"
+    return text
+
+
+def stored(value: str, d: DType) -> str:
+    """A computed value as an element of a buffer of ``d`` (a bfloat16 one rounded to
+    nearest first: what is left is exact in the type, whatever the conversion does)."""
+    if d is dt.bfloat16:
+        value = f"_braze_bf16({value})"
+    return f"{value}.to({TL[d.name]})"
+
+
+class Renderer(Temporaries):
+    """Renders expressions inside one loop body as Triton statements, each distinct
+    subexpression one temporary (``loops.Temporaries``). ``mask`` is the lanes' validity (None for a scalar body:
+    the row stores)."""
+
+    def __init__(self, coords: list[str], n_outer: int, mask: str | None, prefix: str = "v",
+                 acc: str = "acc{}") -> None:
+        self.coords = coords
+        self.n_outer = n_outer
+        self.mask = mask
+        self.prefix = prefix
+        self.acc = acc
+        self.memo: dict[ir.Expr, str] = {}
+        self.stmts: list[str] = []
+
+    def index(self, a: ir.Affine) -> str:
+        terms = [str(int(a.offset))] if a.offset else []
+        for c, k in zip(self.coords, a.coeffs):
+            if k:
+                terms.append(c if k == 1 else f"{c} * {int(k)}")
+        for c_, add, d, k in a.divs:
+            q = f"(({self.coords[c_]} + {add}) // {d})" if add else f"({self.coords[c_]} // {d})"
+            terms.append(q if k == 1 else f"{q} * {int(k)}")
+        return " + ".join(terms) or "0"
+
+    def lanes(self, a: ir.Affine, when: tuple[tuple[int, int, int], ...]) -> bool:
+        """Does a load at ``a`` (guarded by ``when``) differ from lane to lane?"""
+        return any(a.coeffs[self.n_outer:]) or any(d[0] >= self.n_outer for d in a.divs) \
+            or any(c >= self.n_outer for c, _, _ in when)
+
+    def load(self, e: ir.Load) -> str:
+        # (a gather's load is taken as lane-wide whatever its index: a pointer as wide as its mask)
+        lanes = self.mask is not None and (self.lanes(e.index, e.when) or bool(e.at))
+        # (a row coordinate in a lane mask is widened to the lanes: Triton's interpreter
+        # cannot combine a vector mask with a scalar one)
+        at = [self.coords[c] + (" + 0 * j" if lanes and c < self.n_outer else "") for c, _, _ in e.when]
+        conds = [f"({x} >= {lo}) & ({x} < {hi})" for x, (_, lo, hi) in zip(at, e.when)]
+        if lanes:
+            conds.insert(0, str(self.mask))
+        ptr = " + ".join([f"a{e.arg} + {self.index(e.index)}"] + [f"{self.expr(i)} * {int(st)}" for i, st in e.at]
+                         + (["0 * j"] if lanes and e.at else []))
+        text = f"tl.load({ptr}, mask={' & '.join(conds)}, other=0)" if conds else f"tl.load({ptr})"
+        return f"{text}.to({vtype(e.dtype)})"
+
+    def expr(self, e: ir.Expr) -> str:
+        if isinstance(e, ir.Const):
+            return const(e.value, e.dtype)
+        if isinstance(e, ir.Coord):
+            return f"{self.coords[e.dim]}.to({vtype(e.dtype)})"
+        if isinstance(e, ir.Acc):
+            return self.acc.format(e.stage)
+        name = self.memo.get(e)
+        if name is not None:
+            return name
+        if isinstance(e, ir.Load):
+            text = self.load(e)
+        elif isinstance(e, ir.Op):
+            text = self.op(e)
+        else:
+            raise NotRendered(f"a {type(e).__name__} (chain kernels: attention as one kernel)")
+        return self.bind(e, text)
+
+    def declare(self, name: str, text: str, e: ir.Expr) -> str:
+        return f"{name} = {text}"
+
+    def op(self, e: ir.Op) -> str:
+        args = [self.expr(a) for a in e.args]
+        if e.name == "checked":
+            return self.checked(args[0], args[1], dict(e.attrs)["check"])
+        src = e.args[0].dtype if e.args else e.dtype
+        out = vtype(e.dtype)
+        if e.name == "where":
+            text = f"tl.where({args[0]} != 0, {args[1]}, {args[2]})"
+        elif e.name == "cast":
+            if e.dtype is dt.bool_:
+                text = f"({args[0]} != 0)"
+            elif src.is_floating_point and e.dtype.is_integer:
+                text = _float_to_int(args[0], e.dtype)
+            else:
+                text = args[0]
+        elif e.name == "pow":
+            b = e.args[1]
+            exponent = b.value if isinstance(b, ir.Const) else None
+            text = _pow(args[0], args[1], exponent, src)
+        elif e.name in UNARY:
+            text = UNARY[e.name](src).format(a=args[0])
+        elif e.name in BINARY:
+            text = BINARY[e.name](src).format(a=args[0], b=args[1])
+        else:
+            raise NotRendered(f"the element-wise op {e.name!r}")
+        return _round(f"({text}).to({out})", e.dtype)
+
+    def checked(self, i: str, size: str, check: int) -> str:
+        """A gathered index ``i`` if inside ``[0, size)``, else 0, the bad value folded
+        into ``err`` (per check: a flag, the smallest and the largest bad value; the
+        runtime names the one the reference names). In a lane body the index is widened
+        to the lanes and masked by them (a masked lane's index is no index)."""
+        if self.mask is not None:
+            i = f"({i} + 0 * j)"
+        bad = f"(({i} < 0) | ({i} >= {size}))" + (f" & {self.mask}" if self.mask is not None else "")
+        name = f"{self.prefix}bad{len(self.memo)}"
+        self.stmts += [f"{name} = {bad}",
+                       f"tl.store(err + {3 * check} + 0 * {i}, 1, mask={name})",
+                       f"tl.atomic_min(err + {3 * check + 1} + 0 * {i}, {i}, mask={name})",
+                       f"tl.atomic_max(err + {3 * check + 2} + 0 * {i}, {i}, mask={name})"]
+        return f"tl.where({name}, 0, {i})"
+
+
+_IDENTITY = {"sum": 0, "prod": 1, "any": 0, "all": 1}
+
+
+def identity(op: str, d: DType) -> str:
+    """The value a fold over no element gives, as a literal of the accumulator's type."""
+    if op in _IDENTITY:
+        return literal(_IDENTITY[op], d)
+    if d.is_floating_point:
+        return literal(-math.inf if op == "amax" else math.inf, d)
+    if d is dt.bool_:
+        return literal(op != "amax", d)
+    import numpy as np
+    info = np.iinfo(d.np)
+    return literal(info.min if op == "amax" else info.max, d)
+
+
+#: per reduction: the lane-wise fold of the accumulator ``{acc}`` with ``{x}``, and the
+#: reduction of the accumulator vector to the row's value
+_FOLD = {
+    "sum": ("{acc} + {x}", "tl.sum({acc}, axis=0)"),
+    "prod": ("{acc} * {x}", "tl.reduce({acc}, 0, _braze_mul)"),
+    "any": ("{acc} | ({x} != 0)", "tl.max({acc}.to(tl.int32), axis=0) != 0"),
+    "all": ("{acc} & ({x} != 0)", "tl.min({acc}.to(tl.int32), axis=0) != 0"),
+    "amax": ("tl.where({x} > {acc}, {x}, {acc})", "tl.max({acc}, axis=0)"),
+    "amin": ("tl.where({x} < {acc}, {x}, {acc})", "tl.min({acc}, axis=0)"),
+}
+
+PRELUDE = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def _braze_mul(a, b):
+    return a * b
+
+
+@triton.jit
+def _braze_bf16(x):
+    # float32 -> nearest bfloat16 (ties to even), kept in float32, NaN kept NaN: by bits,
+    # since Triton's interpreter truncates in .to(tl.bfloat16)
+    u = x.to(tl.uint32, bitcast=True)
+    r = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    r = tl.where((u & 0x7FFFFFFF) > 0x7F800000, u | 0x400000, r)
+    return r.to(tl.float32, bitcast=True)
+'''
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A kernel's Triton source (a module defining ``name``), the grid it is launched on
+    (an element kernel: one program per row) and its constexpr arguments (an element
+    kernel's ``BLOCK``: the lanes of its row blocks)."""
+
+    source: str
+    name: str
+    grid: tuple[int, ...]
+    meta: dict[str, int]
+
+
+def block_for(n: int) -> int:
+    return min(MAX_BLOCK, 1 << max(0, (max(n, 1) - 1).bit_length()))
+
+
+def kernel_source(k: Any, name: str) -> Rendered:
+    """The Triton module of one kernel: ``name(a0, a1, ..., BLOCK)``."""
+    if not isinstance(k, ir.Kernel):
+        raise NotRendered({"QLinear": "a quantized matmul", "QRows": "a quantized row gather",
+                           "TopK": "top-k"}.get(type(k).__name__, type(k).__name__))
+    for st in k.stages:
+        if isinstance(st, ir.Contract):
+            raise NotRendered("a chain kernel (attention as one kernel)")
+        if isinstance(st, ir.Scan) and (len(k.inner) != 1 or st.op != "sum"):
+            raise NotRendered("a prefix scan over more than the row's one dim")
+        if isinstance(st, ir.Store) and st.at:
+            raise NotRendered("a scatter at data-dependent rows")
+    for d, _ in k.args:
+        vtype(d)
+    rows = prod(k.outer)
+    length = prod(k.inner)
+    block = block_for(length)
+    n_out, n_in = len(k.outer), len(k.inner)
+    coords = [f"o{i}" for i in range(n_out)] + [f"i{i}" for i in range(n_in)]
+    args = ", ".join([f"a{i}" for i in range(len(k.args))] + (["err"] if k.checks else []))
+    lines = ["", "", "@triton.jit", f"def {name}({args}{', ' if args else ''}BLOCK: tl.constexpr):",
+             "    row = tl.program_id(0).to(tl.int64)"]
+    rest = "row"
+    for i in range(n_out - 1, -1, -1):  # the outer coordinates of this program's row
+        lines.append(f"    o{i} = {rest} % {k.outer[i]}")
+        if i:
+            lines.append(f"    q{i} = {rest} // {k.outer[i]}")
+            rest = f"q{i}"
+
+    def walk(body: list[str]) -> list[str]:
+        """A loop over the row's blocks with ``body`` inside (``j``, ``m`` and the inner
+        coordinates in scope); a kernel without inner loops runs its body once, as a vector
+        of one lane, so every body is the same shape."""
+        out = [f"    for start in range(0, {length}, BLOCK):",
+               "        j = start + tl.arange(0, BLOCK).to(tl.int64)",
+               f"        m = j < {length}"]
+        rest_ = "j"
+        for i in range(n_in - 1, -1, -1):
+            out.append(f"        i{i} = {rest_} % {k.inner[i]}")
+            if i:
+                out.append(f"        p{i} = {rest_} // {k.inner[i]}")
+                rest_ = f"p{i}"
+        return out + ["        " + b for b in body]
+
+    for p in passes(k):
+        body = []
+        r = Renderer(coords, n_out, "m", prefix=f"w{p[0]}_")
+        for i in p:
+            s = k.stages[i]
+            assert isinstance(s, ir.Reduce)
+            acc_t = vtype(s.dtype)
+            lines.append(f"    acc{i} = tl.full([BLOCK], {identity(s.op, s.dtype)}, {acc_t})")
+            if is_float_minmax(s):
+                lines.append(f"    nan{i} = tl.zeros([BLOCK], tl.int32)")
+            x = r.expr(s.expr)
+            body += r.take()
+            xv = f"tl.where(m, ({x}).to({acc_t}), tl.full([], {identity(s.op, s.dtype)}, {acc_t}))"
+            body.append(f"x{i} = {xv}")
+            body.append(f"acc{i} = " + _FOLD[s.op][0].format(acc=f"acc{i}", x=f"x{i}"))
+            if is_float_minmax(s):
+                body.append(f"nan{i} = tl.maximum(nan{i}, (x{i} != x{i}).to(tl.int32))")
+        lines += walk(body)
+        for i in p:
+            s = k.stages[i]
+            assert isinstance(s, ir.Reduce)
+            lines.append(f"    acc{i} = " + _FOLD[s.op][1].format(acc=f"acc{i}"))
+            if is_float_minmax(s):
+                lines.append(f"    acc{i} = tl.where(tl.max(nan{i}, axis=0) != 0, float('nan'), acc{i})")
+    row = Renderer(coords[:n_out], n_out, None, prefix="r")
+    for s in k.stages:
+        if isinstance(s, ir.StoreRow):
+            value = row.expr(s.expr)
+            lines += ["    " + t for t in row.take()]
+            lines.append(f"    tl.store(a{s.arg} + {row.index(s.index)}, {stored(value, k.args[s.arg][0])})")
+    elem = Renderer(coords, n_out, "m")
+    body = []
+    for i, s in enumerate(k.stages):  # a prefix sum (cumsum): each block's, on top of the blocks' before
+        if isinstance(s, ir.Scan):
+            acc_t = vtype(s.dtype)
+            lines.append(f"    carry{i} = tl.full([], 0, {acc_t})")
+            x = elem.expr(s.expr)
+            body += elem.take()
+            body += [f"x{i} = tl.where(m, ({x}).to({acc_t}), tl.full([], 0, {acc_t}))",
+                     f"acc{i} = tl.cumsum(x{i}, axis=0) + carry{i}",
+                     f"carry{i} = carry{i} + tl.sum(x{i}, axis=0)"]
+    for s in k.stages:
+        if isinstance(s, ir.Store):
+            value = elem.expr(s.expr)
+            body += elem.take()
+            # (+ 0 * j: a pointer as wide as the mask where the index does not move along the row)
+            lanes = "" if elem.lanes(s.index, ()) else " + 0 * j"
+            body.append(f"tl.store(a{s.arg} + {elem.index(s.index)}{lanes}, {stored(value, k.args[s.arg][0])}, mask=m)")
+    if body:
+        lines += walk(body)
+    return Rendered(PRELUDE + "\n".join(lines) + "\n", name, (rows,), {"BLOCK": block})

@@ -1,0 +1,60 @@
+"""A matmul node as a Triton GEMM (the one extern step the cuda device runs itself).
+
+``(..., m, k) @ (..., k, n)`` with the batch dims the node's operands carry (broadcast
+ones have stride 0): one program per (block of m x block of n, batch element), float32
+accumulation through ``tl.dot`` (float32 inputs at IEEE precision: TF32 would be a
+silent loss of 13 mantissa bits against the reference), the result rounded once to the
+output's type. Specialised to the operands' shapes and strides, as the element kernels
+are; offsets come with the pointers.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from .. import dtypes as dt
+from ..layout import Layout
+from .triton import PRELUDE, TL, NotRendered, Rendered
+
+BM = BN = BK = 32
+
+
+def gemm_source(a: Layout, b: Layout, d: dt.DType, name: str) -> Rendered:
+    """The Triton module of ``a @ b`` (dtype ``d``) into a contiguous output."""
+    if d not in (dt.float32, dt.float16, dt.bfloat16, dt.float64):
+        raise NotRendered(f"a {d.name} matmul")
+    *batch, m, k = a.shape
+    n = b.shape[-1]
+    sa, sb = a.strides, b.strides
+    acc = "tl.float64" if d is dt.float64 else "tl.float32"
+    precision = ', input_precision="ieee"' if d in (dt.float32, dt.float64) else ""
+    nb = -(-n // BN)
+    lines = ["", "", "@triton.jit", f"def {name}(a, b, c, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):",
+             "    pid = tl.program_id(0).to(tl.int64)",
+             "    z = tl.program_id(1).to(tl.int64)",
+             f"    pm = pid // {nb}", f"    pn = pid % {nb}",
+             "    ao = z * 0", "    bo = z * 0", "    co = z * 0"]
+    rest = "z"
+    for i in range(len(batch) - 1, -1, -1):  # the batch coordinates of program z
+        lines.append(f"    t{i} = {rest} % {batch[i]}")
+        lines.append(f"    ao += t{i} * {sa[i]}")
+        lines.append(f"    bo += t{i} * {sb[i]}")
+        lines.append(f"    co += t{i} * {m * n * prod(batch[i + 1:])}")
+        rest = f"({rest} // {batch[i]})"
+    lines += [
+        "    rm = pm * BM + tl.arange(0, BM).to(tl.int64)",
+        "    rn = pn * BN + tl.arange(0, BN).to(tl.int64)",
+        "    rk = tl.arange(0, BK).to(tl.int64)",
+        f"    acc = tl.zeros([BM, BN], {acc})",
+        f"    for k0 in range(0, {k}, BK):",
+        "        ka = k0 + rk",
+        f"        x = tl.load(a + ao + rm[:, None] * {sa[-2]} + ka[None, :] * {sa[-1]}, "
+        f"mask=(rm[:, None] < {m}) & (ka[None, :] < {k}), other=0.0)",
+        f"        y = tl.load(b + bo + ka[:, None] * {sb[-2]} + rn[None, :] * {sb[-1]}, "
+        f"mask=(ka[:, None] < {k}) & (rn[None, :] < {n}), other=0.0)",
+        f"        acc += tl.dot(x, y, out_dtype={acc}{precision})",
+        f"    tl.store(c + co + rm[:, None] * {n} + rn[None, :], acc.to({TL[d.name]}), "
+        f"mask=(rm[:, None] < {m}) & (rn[None, :] < {n}))",
+    ]
+    return Rendered(PRELUDE + "\n".join(lines) + "\n", name, (-(-m // BM) * nb, prod(batch)),
+                    {"BM": BM, "BN": BN, "BK": BK})

@@ -1,0 +1,263 @@
+"""The cuda device's executor: the same scheduler, kernels rendered as Triton, launched.
+
+A flush of the cuda stream is scheduled by ``schedule/fuse.py`` as on the CPU, with
+braze's C library kernels (attention chains, quantized matmuls, top-k) left out: their
+nodes stay nodes. Each kernel is rendered by ``codegen/triton.py``, each matmul node by
+``codegen/triton_gemm.py``; anything else (another extern op, a kernel part the
+renderer does not have yet) is refused before anything runs, with ``Unsupported``
+naming the op: never a silent host round trip. A plan is kept per stream form and
+liveness, as ``plan.py`` keeps the C ones (in this process; the sources are cached on
+disk by their hash, and Triton caches what it compiles from them).
+
+Memory: under Triton's interpreter (the only mode built: ``cuda_probe.py``) a cuda
+storage is a host array from the same pool as the CPU's (``memory.allocate``), so
+``braze.stats()``, ``set_memory_limit`` and ``OutOfMemory`` count it as they count any
+buffer; kernels get it through ``DeviceArg``, the few methods of a torch tensor that
+Triton's launcher and interpreter call (braze has no torch).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import plan as fused
+from ..codegen import triton as render
+from ..codegen.triton_gemm import gemm_source
+from .. import ir
+from ..errors import IndexOutOfRange, Unsupported
+from ..schedule import ExternStep, KernelStep, schedule
+from ..stats import COUNTERS
+from ..stream import NodeQueue, set_cuda_executor
+from . import cpu, memory
+from .cuda_probe import unavailable
+
+
+class _HostStorage:
+    """``untyped_storage()`` of a DeviceArg: the host array itself. The interpreter
+    "copies" it to the host and back; both are the same memory, so both are no-ops."""
+
+    def __init__(self, base: np.ndarray) -> None:
+        self.base = base
+
+    def data_ptr(self) -> int:
+        return int(self.base.ctypes.data)
+
+    def cpu(self) -> "_HostStorage":
+        return self
+
+    def copy_(self, other: Any) -> None:
+        pass
+
+
+class DeviceArg:
+    """A kernel argument over a flat host array at an element offset, with what Triton
+    reads of a torch tensor: ``data_ptr()`` and ``dtype`` (its name: "float32", "bool"
+    ...) to launch, and the storage methods its interpreter uses to move arguments to
+    the host and back (``untyped_storage``, ``new_empty``, ``set_``, ``copy_``...)."""
+
+    def __init__(self, base: np.ndarray, dtype: str, offset: int = 0) -> None:
+        self.base = base
+        self.dtype = dtype
+        self.offset = offset
+
+    def data_ptr(self) -> int:
+        return int(self.base.ctypes.data) + self.offset * self.base.itemsize
+
+    def untyped_storage(self) -> _HostStorage:
+        return _HostStorage(self.base)
+
+    def new_empty(self, *args: Any, **kwargs: Any) -> "DeviceArg":
+        return DeviceArg(self.base, self.dtype)
+
+    def set_(self, storage: _HostStorage, offset: int, size: Any, stride: Any) -> "DeviceArg":
+        self.base, self.offset = storage.base, int(offset)
+        return self
+
+    def storage_offset(self) -> int:
+        return self.offset
+
+    def size(self) -> tuple[int, ...]:
+        return (self.base.size - self.offset,)
+
+    def stride(self) -> tuple[int, ...]:
+        return (1,)
+
+    def copy_(self, other: Any) -> "DeviceArg":
+        return self
+
+
+def arg(storage: Any, offset: int = 0) -> DeviceArg:
+    """A storage's buffer as a kernel argument, ``offset`` elements in."""
+    return DeviceArg(storage.data(), storage.dtype.name, offset)
+
+
+_fns: dict[str, Any] = {}
+
+
+def compile_kernel(r: render.Rendered) -> Any:
+    """The launchable Triton function of ``r``: its module is written under the cache
+    directory by the source's hash (Triton reads a kernel's source from its file) and
+    imported once per process."""
+    key = cpu.sha256(r.source.encode()).hexdigest()
+    fn = _fns.get(key)
+    if os.environ.get("BRAZE_DEBUG", "0").strip() == "2":
+        print(r.source, file=sys.stderr)
+    if fn is None:
+        directory = cpu.cache_dir() / "triton"
+        directory.mkdir(mode=0o700, exist_ok=True)
+        path = directory / f"k{key[:32]}.py"
+        if not path.exists() or path.read_text() != r.source:
+            tmp = directory / f".{key[:32]}.{os.getpid()}.tmp"
+            tmp.write_text(r.source)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(f"braze_triton_{key[:16]}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        fn = _fns[key] = getattr(module, r.name)
+        COUNTERS["kernels_compiled"] += 1
+    return fn
+
+
+@dataclass
+class Launch:
+    """One step of a cuda plan: a rendered kernel over the storages ``args`` (offsets
+    from ``refs`` as the C plan's), or the GEMM of matmul node ``node``."""
+
+    fn: Any
+    grid: tuple[int, ...]
+    meta: dict[str, int]
+    args: list[int]
+    outputs: list[int]
+    refs: list[tuple[int, int] | None]
+    node: int = -1
+    #: a gathering kernel's bounds checks: per check, the (node, op, dim) a bad index names
+    checks: tuple[tuple[int, str, int], ...] = ()
+
+
+_plans: dict[Any, list[Launch]] = {}
+PLAN_CAP = 512
+
+
+def _refuse(ops: Sequence[str], what: str) -> Unsupported:
+    return Unsupported(", ".join(dict.fromkeys(ops)), f"not built for device 'cuda' yet ({what}); "
+                                                      "run it on the CPU (.to('cpu'))")
+
+
+def build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int]) -> list[Launch]:
+    """Schedule a flush and render and compile each of its steps; ``Unsupported``
+    naming the op for a step the backend cannot run yet, before anything runs."""
+    sched = schedule(nodes, key_of, set(live), library=False)
+    out: list[Launch] = []
+    for n, st in enumerate(sched.steps):
+        if isinstance(st, KernelStep):
+            try:
+                r = render.kernel_source(st.kernel, f"braze_t{n}")
+            except render.NotRendered as e:
+                raise _refuse([nodes[i].op.name for i in st.nodes], e.what) from None
+            checks = st.kernel.checks if isinstance(st.kernel, ir.Kernel) else ()
+            out.append(Launch(compile_kernel(r), r.grid, r.meta, st.args, st.outputs, st.refs, checks=checks))
+            continue
+        assert isinstance(st, ExternStep)
+        node = nodes[st.node]
+        if node.op.name == "assign" and node.inputs[0] == node.outputs[0]:
+            continue  # x[i] = x[i] (what ``x[i] += 1`` ends with, after the in-place add): nothing to do
+        if node.op.name != "matmul":
+            raise _refuse([node.op.name], "it has no Triton kernel")
+        a, b = node.inputs
+        try:
+            r = gemm_source(a.layout, b.layout, node.outputs[0].storage.dtype, f"braze_mm{n}")
+        except render.NotRendered as e:
+            raise _refuse(["matmul"], e.what) from None
+        out.append(Launch(compile_kernel(r), r.grid, r.meta, [], [key_of[id(node.outputs[0].storage)]], [], st.node))
+    return out
+
+
+def run(steps: Sequence[Launch], nodes: Sequence[Any], storages: Sequence[Any]) -> None:
+    for step in steps:
+        for k in step.outputs:
+            st = storages[k]
+            if st.array is None:
+                st.array = memory.allocate(st.dtype.np, st.numel, "kernel")
+        if step.node >= 0:
+            node = nodes[step.node]
+            args = [arg(o.storage, o.layout.offset) for o in (*node.inputs, node.outputs[0])]
+        else:
+            args = [arg(storages[k], 0 if r is None else fused.operand(nodes[r[0]], r[1]).layout.offset)
+                    for k, r in zip(step.args, step.refs)]
+        if 0 in step.grid:
+            continue
+        err = np.tile(np.array([0, _I64.max, _I64.min], np.int64), len(step.checks)) if step.checks else None
+        if err is not None:
+            args.append(DeviceArg(err, "int64"))
+        COUNTERS["kernel_launches"] += 1
+        with np.errstate(all="ignore"):  # the interpreter computes in numpy: IEEE results, quietly
+            step.fn[step.grid](*args, **step.meta)
+        if err is not None and err[0::3].any():
+            _index_error(step, err, nodes)
+
+
+_I64 = np.iinfo(np.int64)
+
+
+def _index_error(step: Launch, err: np.ndarray, nodes: Sequence[Any]) -> None:
+    """A gather met an index outside its dim (and read at 0 instead): raise what the
+    reference raises at the first such node, naming the value it names (the most
+    negative bad index, else the largest). Every result of the flush this plan has
+    computed is dropped, so the stream marks them all failed: stricter than the
+    reference, which keeps what came before the bad node, but never a wrong value."""
+    bad = [(node, op, dim, int(err[3 * c + 1]) if err[3 * c + 1] < 0 else int(err[3 * c + 2]))
+           for c, (node, op, dim) in enumerate(step.checks) if err[3 * c]]
+    node, op, dim, value = min(bad)
+    for n in nodes:
+        if not n.op.inplace:
+            for o in n.outputs:
+                o.storage.array = None
+    raise IndexOutOfRange(op, value, nodes[node].inputs[0].layout.shape[dim], dim)
+
+
+def execute(nodes: Any) -> None:
+    """The cuda stream's executor: find or build the plan of ``nodes`` and run it."""
+    why = unavailable()
+    if why is not None:  # (a stream only gets nodes on a device that was available)
+        raise Unsupported("cuda", why)
+    form = getattr(nodes, "form", None)
+    if isinstance(nodes, NodeQueue):
+        nodes.form = None
+    if not isinstance(form, fused.Form):
+        form = fused.Form.of(nodes)
+    entries = form.complete(nodes)
+    live = form.live()
+    try:
+        key: Any = (tuple(entries), live)
+        steps = _plans.get(key)
+    except TypeError:  # an attribute that cannot be hashed: plan it every time
+        key, steps = None, None
+    if steps is None:
+        COUNTERS["plan_misses"] += 1
+        steps = build(list(nodes), form.key_of, live)
+        if key is not None:
+            if len(_plans) >= PLAN_CAP:
+                _plans.clear()
+            _plans[key] = steps
+    else:
+        COUNTERS["plan_hits"] += 1
+    ran = list(nodes)
+    run(steps, ran, form.storages)
+    nodes.clear()
+    for st in form.storages:
+        st.producer = None
+
+
+def clear() -> None:
+    """Forget every cuda plan (tests)."""
+    _plans.clear()
+
+
+set_cuda_executor(sys.modules[__name__].execute)
