@@ -54,10 +54,9 @@ def compile_ahead(record: Callable[[], Any]) -> bool:
     except Exception as e:  # noqa: BLE001 - only a head start: the real step meets any error itself
         if os.environ.get("BRAZE_DEBUG", "0") not in ("", "0"):
             print(f"braze: compiling ahead failed: {type(e).__name__}: {e}", file=sys.stderr)
-    finally:
-        _drop(stream.nodes if stream.nodes is queue else NodeQueue())
-        if stream.nodes is queue:
-            stream.nodes = NodeQueue()
+    finally:  # every node queued now is the recording's (after a flush inside it, its rest)
+        _drop(stream.nodes)
+        stream.nodes = NodeQueue()
     return started
 
 

@@ -33,7 +33,15 @@ Two tiers, both -O3 with the same flags
     uses the units. The tiers compute the same bits (SmolLM2's logits over a prefill
     and 20 steps: equal): the same kernel text and flags, and the matmul hands its sums
     to the epilogue through memory, so inlining it cannot fuse a multiply of one with
-    an add of the other.
+    an add of the other. (Since the quantized matmul became a machine-wide library,
+    ``libraries.py``, neither tier compiles or inlines it: a unit of light kernels went
+    from ~2.1 to ~0.5 s of gcc on SmolLM2's prompt.)
+
+Compiling ahead
+    ``ahead`` starts building a flush's units before the flush (``braze/ahead.py``
+    records the decoding step before the prompt runs), in threads of their own; the
+    flush's ``compile_units`` then waits on each one still compiling (the cache's file
+    lock) rather than compiling it again.
 
     A lower optimisation level for the first tier was measured and not built: -O0, -O1,
     -Og and -O2 -fpeel-loops change results (FMA contraction and inlining differ: logits
