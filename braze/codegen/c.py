@@ -20,7 +20,7 @@ from typing import Any, Callable
 from .. import dtypes as dt
 from .. import ir
 from ..dtypes import DType
-from . import checks, quant
+from . import checks, qlib, quant
 from .loops import Temporaries, is_float_minmax, passes
 from .headers import header
 
@@ -857,6 +857,6 @@ def _streamed_loop(k: ir.Kernel, coords: list[str], elem: Renderer, ind: str) ->
 
 def module_source(kernel_sources: list[str]) -> str:
     """One C translation unit holding the given kernels' sources."""
-    return "\n".join([header("cmath.h"), header("tile.h"), PRELUDE, checks.PRELUDE, quant.instantiations(kernel_sources)]
+    return "\n".join([header("cmath.h"), header("tile.h"), PRELUDE, checks.PRELUDE, qlib.declarations(kernel_sources)]
                      + kernel_sources) + "\n"
 

@@ -88,10 +88,11 @@ def bind_sizes(arg: int, sizes: int) -> list[str]:
 
 def instantiations(kernel_sources: list[str], mode: dict[str, int] | None = None) -> str:
     """quant.h and the instantiation of each type the kernels call, or "" if none does
-    (``mode`` overrides ``MODE``: tests build every mode of every type)."""
+    (``mode`` overrides ``MODE``: tests build every mode of every type). Generated
+    modules link against the types' libraries instead (``codegen/qlib.py``)."""
     used = {m for src in kernel_sources for m in _CALL.findall(src)}
     if not used:
         return ""
     modes = MODE if mode is None else mode
     lines = [QTYPES[q].format(mode=modes.get(q, 0)) for q in QTYPES if q.lower() in used]
-    return "\n".join([header("quant.h"), *lines])
+    return "\n".join([header("quant.h"), *lines]) if lines else ""

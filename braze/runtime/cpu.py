@@ -310,7 +310,23 @@ def cache_dir() -> Path:
     A directory that exists but is not private to this user is refused, with one line
     on stderr, for a fresh private temp directory that lives as long as the process.
     """
-    path = _configured_cache_dir()
+    return _private_dir(_configured_cache_dir())
+
+
+def runtime_dir() -> Path:
+    """Where the machine-wide libraries live (``runtime/libraries.py``: C that every
+    plan's modules link against, built once per machine, by ``make install``):
+    ``$BRAZE_RUNTIME_DIR``, else ``braze-runtime`` beside the default cache directory.
+    Not under ``$BRAZE_CACHE_DIR``: a process with an empty kernel cache still finds
+    them. Held to the cache directory's rules (private to this user)."""
+    env = os.environ.get("BRAZE_RUNTIME_DIR")
+    if env:
+        return _private_dir(Path(env).expanduser())
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return _private_dir((Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "braze-runtime")
+
+
+def _private_dir(path: Path) -> Path:
     if not path.exists():
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -494,7 +510,7 @@ def _sidecar(key: str, data: bytes) -> str:
     return f"{key} {sha256(data).hexdigest()}\n"
 
 
-def _try_load(so: Path, key: str, symbols: Sequence[str]) -> tuple[ctypes.CDLL | None, str | None]:
+def _try_load(so: Path, key: str, symbols: Sequence[str], shared: bool = False) -> tuple[ctypes.CDLL | None, str | None]:
     """(library, None) for a valid entry, (None, None) when absent, (None, why) if corrupt."""
     try:
         data = so.read_bytes()
@@ -514,7 +530,7 @@ def _try_load(so: Path, key: str, symbols: Sequence[str]) -> tuple[ctypes.CDLL |
             return None, f"it does not export {name} under this entry's key (another kernel's object)"
     _configure_openmp()
     try:
-        cdll = ctypes.CDLL(str(so))
+        cdll = ctypes.CDLL(str(so), mode=os.RTLD_GLOBAL if shared else ctypes.DEFAULT_MODE)
     except OSError as e:
         return None, f"dlopen failed: {e}"
     for name in symbols:
@@ -563,9 +579,11 @@ def _build(cc: list[str], flags: Sequence[str], source: str, directory: Path, so
 
 
 def compile_c(source: str, symbol_names: Sequence[str], flags: Sequence[str] | None = None, *,
-              background: bool = False) -> CompiledLibrary:
+              background: bool = False, directory: Path | None = None, shared: bool = False) -> CompiledLibrary:
     """Compile (or fetch from the cache) ``source`` and resolve ``symbol_names`` in it
-    (``background``: the compiler runs at nice 19, for work nobody waits on).
+    (``background``: the compiler runs at nice 19, for work nobody waits on;
+    ``directory``: another cache than ``cache_dir()``; ``shared``: loaded with global
+    symbols, for objects loaded later to link against).
 
     Raises ``CompilerNotFound`` (a ``CompileError``) when there is no compiler, and
     ``CompileError`` with the compiler's output and the head of the source when the
@@ -583,37 +601,55 @@ def compile_c(source: str, symbol_names: Sequence[str], flags: Sequence[str] | N
             with _loaded_lock:
                 lib = _loaded.get(key)
             if lib is None:
-                lib = _load_or_build(cc, flags, source, key, symbol_names, background)
+                lib = _load_or_build(cc, flags, source, key, symbol_names, background, directory, shared)
                 with _loaded_lock:
                     _loaded[key] = lib
     lib._resolve(symbol_names)
     return lib
 
 
-def is_cached(source: str, symbol_names: Sequence[str], flags: Sequence[str] | None = None) -> bool:
+def is_cached(source: str, symbol_names: Sequence[str], flags: Sequence[str] | None = None, *,
+              directory: Path | None = None) -> bool:
     """Would ``compile_c(source, symbol_names)`` find a built object (loaded in this
     process, or in the cache directory) rather than compile?"""
     key = cache_key(source, tuple(FLAGS if flags is None else flags), symbols=symbol_names)
     with _loaded_lock:
         if key in _loaded:
             return True
-    return (cache_dir() / f"{key}.so").exists()
+    return ((directory or cache_dir()) / f"{key}.so").exists()
 
 
-def _load_or_build(cc: list[str], flags: Sequence[str], source: str, key: str,
-                   symbols: Sequence[str], background: bool = False) -> CompiledLibrary:
-    directory = cache_dir()
+def build(source: str, symbol_names: Sequence[str], flags: Sequence[str] | None = None, *,
+          background: bool = False, directory: Path | None = None) -> None:
+    """Compile ``source`` into the cache unless an object is there, without loading it
+    (``compile_c`` loads it later, and checks it then): objects that link against
+    others are built in parallel with those, and loaded after them."""
+    flags = tuple(FLAGS if flags is None else flags)
+    cc = _compiler()
+    key = cache_key(source, flags, symbols=symbol_names)
+    directory = directory or cache_dir()
     so = directory / f"{key}.so"
-    cdll, _ = _try_load(so, key, symbols)  # fast path: a valid entry needs no lock
+    if so.exists():
+        return
+    with _file_lock(directory / f"{key}.lock"):
+        if not so.exists():
+            _build(cc, flags, tagged_source(source, symbol_names, key), directory, so, key, background)
+
+
+def _load_or_build(cc: list[str], flags: Sequence[str], source: str, key: str, symbols: Sequence[str],
+                   background: bool = False, directory: Path | None = None, shared: bool = False) -> CompiledLibrary:
+    directory = directory or cache_dir()
+    so = directory / f"{key}.so"
+    cdll, _ = _try_load(so, key, symbols, shared)  # fast path: a valid entry needs no lock
     if cdll is None:
         with _file_lock(directory / f"{key}.lock"):  # processes: one compiles, the others wait
-            cdll, corrupt = _try_load(so, key, symbols)
+            cdll, corrupt = _try_load(so, key, symbols, shared)
             if corrupt is not None:
                 _warn_once(f"corrupt:{so}", f"braze: cache entry {so} is corrupt ({corrupt}): rebuilding it")
                 _remove(so, Path(f"{so}.sha256"))
             if cdll is None:
                 _build(cc, flags, tagged_source(source, symbols, key), directory, so, key, background)
-                cdll, corrupt = _try_load(so, key, symbols)
+                cdll, corrupt = _try_load(so, key, symbols, shared)
                 if cdll is None:
                     raise CompileError(f"the freshly compiled {so} does not load: {corrupt}")
     return CompiledLibrary(cdll, so, key)

@@ -33,7 +33,15 @@ Two tiers, both -O3 with the same flags
     uses the units. The tiers compute the same bits (SmolLM2's logits over a prefill
     and 20 steps: equal): the same kernel text and flags, and the matmul hands its sums
     to the epilogue through memory, so inlining it cannot fuse a multiply of one with
-    an add of the other.
+    an add of the other. (Since the quantized matmul became a machine-wide library,
+    ``libraries.py``, neither tier compiles or inlines it: a unit of light kernels went
+    from ~2.1 to ~0.5 s of gcc on SmolLM2's prompt.)
+
+Compiling ahead
+    ``ahead`` starts building a flush's units before the flush (``braze/ahead.py``
+    records the decoding step before the prompt runs), in threads of their own; the
+    flush's ``compile_units`` then waits on each one still compiling (the cache's file
+    lock) rather than compiling it again.
 
     A lower optimisation level for the first tier was measured and not built: -O0, -O1,
     -Og and -O2 -fpeel-loops change results (FMA contraction and inlining differ: logits
@@ -54,10 +62,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import cpu
+from . import cpu, libraries
 from .threads import _allowed_cpus
 
-__all__ = ["HEAVY_CHARS", "LIGHT_SPLIT", "jobs", "partition", "compile_units", "later", "swaps", "wait"]
+__all__ = ["HEAVY_CHARS", "LIGHT_SPLIT", "jobs", "partition", "compile_units", "ahead", "later", "swaps", "wait"]
 
 #: a kernel of at least this much C is compiled alone (attention chains: 30-45 KB; the
 #: next biggest kernels of an LLM step are ~2 KB)
@@ -101,21 +109,51 @@ def partition(bodies: Sequence[str], n_jobs: int | None = None) -> list[list[int
 def compile_units(modules: Sequence[tuple[str, Sequence[str]]]) -> list[cpu.CompiledLibrary | None]:
     """Each ``(source, kernel names)`` compiled (or loaded from the cache), None for a
     module without kernels. The ones not cached compile concurrently, the biggest
-    first; a unit that fails raises its ``CompileError`` once the others are done."""
+    first, with any machine-wide library they link against that is missing
+    (``libraries.py``), which is loaded before them; a unit that fails raises its
+    ``CompileError`` once the others are done."""
     out: list[cpu.CompiledLibrary | None] = [None] * len(modules)
     todo = [i for i, (src, names) in enumerate(modules) if names]
-    fresh = [i for i in todo if not cpu.is_cached(*modules[i])]
-    n_jobs = min(jobs(), len(fresh))
+    qtypes, builds = _builds(modules)
+    n_jobs = min(jobs(), len(builds))
     if n_jobs > 1:
-        fresh.sort(key=lambda i: -len(modules[i][0]))
         with ThreadPoolExecutor(max_workers=n_jobs, thread_name_prefix="braze-cc") as pool:
-            futures = {i: pool.submit(cpu.compile_c, *modules[i]) for i in fresh}
-        for i, fut in futures.items():
-            out[i] = fut.result()  # re-raises a unit's CompileError
+            futures = [pool.submit(cpu.build, src, names, directory=d) for src, names, d in builds]
+        for fut in futures:
+            fut.result()  # re-raises a unit's CompileError
+    libraries.load(qtypes)
     for i in todo:
-        if out[i] is None:
-            out[i] = cpu.compile_c(*modules[i])
+        out[i] = cpu.compile_c(*modules[i])
     return out
+
+
+def _builds(modules: Sequence[tuple[str, Sequence[str]]]) -> tuple[list[str], list[tuple[str, Sequence[str], Path | None]]]:
+    """The quant types whose libraries ``modules`` link against, and what is not built
+    yet of those libraries and of the modules: (source, names, directory), biggest first."""
+    sources = [src for src, names in modules if names]
+    qtypes = libraries.needed(sources)
+    runtime = cpu.runtime_dir()
+    builds: list[tuple[str, Sequence[str], Path | None]] = [
+        (src, [], runtime) for src in libraries.sources(qtypes) if not cpu.is_cached(src, [], directory=runtime)]
+    builds += [(src, names, None) for src, names in modules if names and not cpu.is_cached(src, names)]
+    builds.sort(key=lambda b: -len(b[0]))
+    return qtypes, builds
+
+
+def ahead(modules: Sequence[tuple[str, Sequence[str]]]) -> bool:
+    """Start compiling ``modules`` (and their libraries) into the cache in the background,
+    for a flush that will want them later (``braze/ahead.py``); that flush's
+    ``compile_units`` waits on a unit still compiling (the cache's file lock) instead of
+    compiling it again. A failure is left for that flush to meet and report. Whether any
+    compile started."""
+    _, builds = _builds(modules)
+    if not builds:
+        return False
+    pool = ThreadPoolExecutor(max_workers=min(jobs(), len(builds)), thread_name_prefix="braze-cc-ahead")
+    for src, names, d in builds:
+        pool.submit(cpu.build, src, names, directory=d)
+    pool.shutdown(wait=False)
+    return True
 
 
 _pending: list[threading.Thread] = []
@@ -154,6 +192,7 @@ def later(modules: Sequence[tuple[str, Sequence[str]]], targets: Sequence[tuple[
         try:
             if child is not None:
                 child.wait()
+            libraries.load(libraries.needed([src for src, _ in todo]))
             libs = [cpu.compile_c(src, names) if names else None for src, names in modules]
             for kernel, m, name in targets:
                 lib = libs[m]
@@ -194,8 +233,8 @@ def _main(path: str) -> None:
             todo = json.load(f)
     finally:
         os.unlink(path)
-    for src, names in todo:
-        cpu.compile_c(src, names, background=True)
+    for src, names in todo:  # built, not loaded: their libraries need not be loaded here
+        cpu.build(src, names, background=True)
 
 
 def wait(timeout: float | None = None) -> bool:
