@@ -44,6 +44,7 @@ import numpy as np
 from .codegen.generic import symbolize
 from .codegen.c import kernel_source, llc_bytes, module_source
 from . import ir, plan_store
+from .arena import binds, lifetimes, place
 from .errors import CompileError, IndexOutOfRange
 from .runtime import cpu, memory, units
 from .runtime import reference
@@ -401,7 +402,7 @@ def _build(nodes: Sequence[Any], form: Form, live: frozenset[int], key: Any, com
     if fresh and not compile_new:
         return None
     _say_slow_steps(steps, nodes)
-    return Plan(_compile(steps, rendered), materialized, release, offsets, arena_bytes, _binds(steps, offsets),
+    return Plan(_compile(steps, rendered), materialized, release, offsets, arena_bytes, binds(steps, offsets),
                 compiled=fresh)
 
 
@@ -415,7 +416,7 @@ def _scheduled(nodes: Sequence[Any], form: Form, live: frozenset[int], key: Any,
     stored = plan_store.load(path) if path is not None else None
     if not (isinstance(stored, tuple) and len(stored) == 6):
         sched = schedule(nodes, form.key_of, set(live))
-        release, intervals = _lifetimes(sched.steps, nodes, form.key_of, live)
+        release, intervals = lifetimes(sched.steps, nodes, form.key_of, live)
         offsets, arena_bytes = place(intervals, {k: form.storages[k].numel * form.storages[k].dtype.itemsize
                                                  for k in intervals})
         stored = (sched.steps, sched.materialized, release, offsets, arena_bytes, _render(sched.steps, generic))
@@ -544,78 +545,6 @@ def _compile(sched_steps: Sequence[Any], rendered: Rendered) -> list[CompiledKer
     return out
 
 
-def _lifetimes(steps: Sequence[Any], nodes: Sequence[Any], key_of: dict[int, int],
-               live: frozenset[int]) -> tuple[list[list[int]], dict[int, tuple[int, int]]]:
-    """Liveness inside the plan. A buffer the plan produces and Python cannot reach is
-    needed from the first step that touches it (its writer) to the last (a read, or a
-    write into it: a write's target must exist while it is written). Returns, per step,
-    the buffers dead after it, and the interval of each such buffer a kernel writes
-    (those go in the arena; an extern step's result is whatever its reference returns)."""
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    produced_here: set[int] = set()
-    kernel_out: set[int] = set()
-    for i, st in enumerate(steps):
-        if isinstance(st, KernelStep):
-            touched = list(st.args)  # loads and stores
-            produced_here.update(st.outputs)
-            kernel_out.update(st.outputs)
-        else:
-            node = nodes[st.node]
-            outs = [key_of[id(o.storage)] for o in node.outputs]
-            touched = [key_of[id(o.storage)] for o in node.inputs] + outs
-            if not node.op.inplace:
-                produced_here.update(outs)
-        for k in touched:
-            first.setdefault(k, i)
-            last[k] = i
-    release: list[list[int]] = [[] for _ in steps]
-    for k, i in last.items():
-        if k in produced_here and k not in live:
-            release[i].append(k)
-    intervals = {k: (first[k], last[k]) for k in sorted(kernel_out) if k not in live}
-    return release, intervals
-
-
-ALIGN = memory.ARENA_ALIGN
-
-
-def place(intervals: dict[int, tuple[int, int]], sizes: dict[int, int]) -> tuple[dict[int, int], int]:
-    """Offsets in one arena for buffers with lifetimes ``[first step, last step]``:
-    biggest first, each at the lowest 64-byte-aligned offset that overlaps no placed
-    buffer whose lifetime intersects its own (a step that reads one buffer while it
-    writes another needs both, so the intervals are closed). Returns the offsets and
-    the arena's size. Greedy by size is the usual heuristic (TFLite, XLA): big buffers
-    fragment the arena least when placed first."""
-    offsets: dict[int, int] = {}
-    placed: list[tuple[int, int, int, int]] = []  # offset, end, first, last
-    top = 0
-    for k in sorted(intervals, key=lambda k: (-sizes[k], intervals[k][0], k)):
-        size = -(-sizes[k] // ALIGN) * ALIGN
-        a, b = intervals[k]
-        off = 0
-        for o, e in sorted((o, e) for o, e, s, t in placed if s <= b and a <= t):
-            if off + size <= o:
-                break
-            off = max(off, e)
-        offsets[k] = off
-        placed.append((off, off + size, a, b))
-        top = max(top, off + size)
-    return offsets, top
-
-
-def _binds(steps: Sequence[Any], offsets: dict[int, int]) -> list[list[tuple[int, int]]]:
-    bind: list[list[tuple[int, int]]] = [[] for _ in steps]
-    seen: set[int] = set()
-    for i, st in enumerate(steps):
-        if isinstance(st, KernelStep):
-            for k in st.outputs:
-                if k in offsets and k not in seen:
-                    seen.add(k)
-                    bind[i].append((k, offsets[k]))
-    return bind
-
-
 # -- plans on disk: a new process starts with the schedules of earlier ones ----------------
 
 _code_id: str | None = None
@@ -629,7 +558,7 @@ def _code_identity() -> str:
     if _code_id is None:
         root = Path(__file__).parent
         h = cpu.sha256(str(llc_bytes()).encode())
-        for f in sorted([root / "plan.py", root / "ir.py", root / "ops" / "lowering.py",
+        for f in sorted([root / "plan.py", root / "arena.py", root / "ir.py", root / "ops" / "lowering.py",
                          *(root / "schedule").glob("*.py"), *(root / "codegen").glob("*.py"),
                          *(root / "codegen").glob("*.h")]):
             h.update(f.read_bytes())

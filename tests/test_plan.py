@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import braze
-from braze import plan
+from braze import arena, plan
 from braze.runtime import memory
 from braze.runtime.cpu import compiler_available
 from braze.stats import COUNTERS
@@ -431,12 +431,12 @@ def test_an_error_mid_plan_leaves_no_view_of_the_arena(monkeypatch: Any) -> None
 
 
 def test_place_is_greedy_by_size_and_respects_lifetimes() -> None:
-    offsets, top = plan.place({1: (0, 1), 2: (1, 2), 3: (2, 3), 4: (0, 3)}, {1: 100, 2: 1000, 3: 64, 4: 10})
+    offsets, top = arena.place({1: (0, 1), 2: (1, 2), 3: (2, 3), 4: (0, 3)}, {1: 100, 2: 1000, 3: 64, 4: 10})
     assert offsets[2] == 0  # biggest first
     assert offsets[1] == 1024 and offsets[3] == 1024  # 1 and 3 never meet: same bytes
     assert offsets[4] == 1152  # meets all of them: after 1 (100 bytes, padded to 128)
     assert top == 1216 and all(o % 64 == 0 for o in offsets.values())
-    assert plan.place({}, {}) == ({}, 0)
+    assert arena.place({}, {}) == ({}, 0)
 
 
 def test_the_arena_block_is_aligned() -> None:
