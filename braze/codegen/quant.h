@@ -15,7 +15,8 @@
  *
  * Few rows (decoding): one x row is dotted block by block with four W rows unpacked
  * in registers (matrix-vector, reads each weight byte once); 2..BRAZE_QFEW rows (a
- * batched step) take strips of W unpacked once for every x row; rows of W in parallel.
+ * batched step) take strips of W read once for every x row (with 512-bit VNNI, the x
+ * rows in one register's lanes against a broadcast W row); rows of W in parallel.
  * Many rows (prefill): a block of NT rows of W is dequantized to float once, stored
  * as the k x NT packed tile braze_mm (tile.h) reads, and multiplied by every x row.
  * Float weights (F32, F16, BF16) take the same GEMM path for many rows; at few rows,
@@ -282,6 +283,31 @@ static inline float braze_block_scale(const float *xb, float top, float *inv) {
  * block's max instead of 1/127 and split as 128 hi + lo, hi in [-127, 127], lo in
  * [-64, 63]: two int8 dots give the precision of a 15-bit one. */
 static inline void braze_quantize_row(const float *x, int64_t k, int8_t *q, int8_t *lo, float *d) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    /* the same numbers 16 at a time (the scalar loop was a tenth of an 8-row matmul):
+     * max ignores nan as the scalar compare does, and the conversion rounds to nearest
+     * even as lrintf does in the default rounding mode */
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (int64_t b = 0; b < k / 32; b++) {
+        const float *xb = x + 32 * b;
+        __m512 v[2] = {_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16)};
+        __m512 m = _mm512_max_ps(_mm512_andnot_ps(sign, v[0]), _mm512_setzero_ps());
+        m = _mm512_max_ps(_mm512_andnot_ps(sign, v[1]), m);
+        float dd = _mm512_reduce_max_ps(m) / (lo ? 16256.0f : 127.0f), id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        d[b] = dd;
+        for (int h = 0; h < 2; h++) {
+            __m512i t = _mm512_cvtps_epi32(_mm512_mul_ps(v[h], _mm512_set1_ps(id)));
+            if (lo) {
+                __m512i hi = _mm512_srai_epi32(_mm512_add_epi32(t, _mm512_set1_epi32(64)), 7);
+                _mm_storeu_si128((__m128i *)(q + 32 * b + 16 * h), _mm512_cvtepi32_epi8(hi));
+                _mm_storeu_si128((__m128i *)(lo + 32 * b + 16 * h),
+                                 _mm512_cvtepi32_epi8(_mm512_sub_epi32(t, _mm512_slli_epi32(hi, 7))));
+            } else
+                _mm_storeu_si128((__m128i *)(q + 32 * b + 16 * h), _mm512_cvtepi32_epi8(t));
+        }
+    }
+    return;
+#endif
     for (int64_t b = 0; b < k / 32; b++) {
         const float *xb = x + 32 * b;
         float id;
@@ -469,8 +495,8 @@ static inline void braze_q_gemm_tile(int64_t m, int64_t n0, int64_t nt, int64_t 
 /* Thread-private scratch, grown as needed and kept (a decoding step allocates nothing
  * after the first). */
 static inline void *braze_q_scratch(int slot, size_t bytes) {
-    static _Thread_local void *buf[6];
-    static _Thread_local size_t have[6];
+    static _Thread_local void *buf[7];
+    static _Thread_local size_t have[7];
     if (have[slot] < bytes) {
         free(buf[slot]);
         buf[slot] = aligned_alloc(64, (bytes + 63) / 64 * 64);
@@ -528,32 +554,18 @@ static void braze_qrows(int64_t n, const void *ids, int ids64, const uint8_t *w,
     }
 }
 
-/* ---- few rows, int8x2 (mode 3): W unpacked once for every x row ---------------------
+/* ---- few rows, int8x2 (mode 3): W read once for every x row -------------------------
  * braze_mv unpacks a block for each x row it dots: at 8 rows, 8 unpacks of every block
  * and a 256-bit dot per block cost ~5 ms per row of SmolLM2's 60 gate/up matmuls. Here
- * a strip of R rows of W is unpacked once into thread scratch (q, s, o; L1-sized) and
- * dotted with x rows MT at a time, R x MT sums in registers. The integer dots and the
- * per-block scales s * dx are the ones braze_qblock takes; only the float order of the
- * blocks' sums differs. Rows of q, xq and dx are padded with zeros to a whole step. */
+ * a strip of R rows of W is read once for all x rows: unpacked into thread scratch (q,
+ * s, o; L1-sized; `unpack` types) or, with 512-bit VNNI, read from the blocks in the dot
+ * loop (`direct` types). The integer dots and the per-block scales s * dx are the ones
+ * braze_qblock takes; only the float order of the blocks' sums differs. Rows of q, xq
+ * and dx are padded with zeros to a whole step. */
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-/* two blocks of 32 per 512-bit vpdpbusd: half the instructions per element */
-#define BRAZE_QS 64
-typedef __m512 braze_qsv;
-typedef __m512i braze_qsi;
-static inline braze_qsi braze_qs_ld(const void *p) { return _mm512_loadu_si512(p); }
-static inline braze_qsv braze_qs_dot(braze_qsi q, braze_qsi xh, braze_qsi xl) {
-    __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xh);
-    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_slli_epi32(p, 7), q, xl));
-}
-/* lanes 4i..4i+3 dot bytes 16i..16i+15: chunk i (CH 16) or i / 2 (CH 32, and dx's blocks) */
-static inline braze_qsv braze_qs_scale(const float *s, const int CH) {
-    const __m512i i16 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    const __m512i i32 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    if (CH == 16) return _mm512_permutexvar_ps(i16, _mm512_castps128_ps512(_mm_loadu_ps(s)));
-    return _mm512_permutexvar_ps(i32, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)s))));
-}
-static inline braze_qsv braze_qs_fma(braze_qsv a, braze_qsv b, braze_qsv c) { return _mm512_fmadd_ps(a, b, c); }
-static inline float braze_qs_sum(braze_qsv a) { return _mm512_reduce_add_ps(a); }
+/* 512-bit VNNI: x rows in the lanes (braze_qx_tile below), not W's blocks */
+#define BRAZE_QX 1
+#define BRAZE_QS 32
 #elif defined(BRAZE_VNNI)
 #define BRAZE_QS 32
 typedef __m256 braze_qsv;
@@ -592,6 +604,171 @@ static inline float braze_qs_sum(braze_qsv a) { return a[0] + a[1]; }
 #define BRAZE_QSTRIP_M 4  /* x rows per pass over a strip: R x M sums and R rows of q in registers */
 static inline int64_t braze_qs_pad(int64_t k) { return (k + BRAZE_QS - 1) / BRAZE_QS * BRAZE_QS; }
 
+#ifdef BRAZE_QX
+/* x rows in the lanes: the m x rows (padded to RPG = 2, 4, 8 or 16) share each 512-bit
+ * register, P = 16 / RPG int32 lanes (4P bytes) per row, and W's 4P bytes at the same
+ * place are broadcast to every row's lanes (a load, no shuffle), so one vpdpbusd dots a
+ * W row with all x rows and the per-block float work (convert, scale, add) serves them
+ * all. W rows in the lanes (llama.cpp's repacked layout) would need W transposed; x is
+ * quantized once per call anyway, so it is x that braze_qs_prepare lays out: per block
+ * of 32, NR = 8 / P registers of hi bytes then NR of lo bytes (register j: row i's bytes
+ * 4P j .. 4P j + 4P at 4P i), and 16 floats of dx (lane l: row l / P's). With W's blocks
+ * in the lanes (this kernel's predecessor) every W row x x row pair took its own
+ * convert-scale-add per block: at 8 rows, 16 instructions per block and W row where
+ * this takes 12 (at 16 rows 40 against 20). */
+static inline int braze_qx_p(int64_t m) { return m <= 2 ? 8 : m <= 4 ? 4 : m <= 8 ? 2 : 1; }
+static inline void braze_qs_prepare(int64_t m, int64_t kp, const char **xq, const float **dx) {
+    const int64_t nb = kp / 32;
+    const int P = braze_qx_p(m), rpg = 16 / P;
+    int8_t *xg = (int8_t *)braze_q_scratch(6, (size_t)nb * (1024 + 64));
+    float *dv = (float *)(xg + nb * 1024);
+    for (int64_t b = 0; b < nb; b++)
+        for (int i = 0; i < rpg; i++) {
+            const int8_t *src = (const int8_t *)*xq + i * 2 * kp + 32 * b;
+            for (int h = 0; h < 2; h++)      /* hi, lo */
+                for (int j = 0; j < 8 / P; j++) {
+                    int8_t *dst = xg + b * (1024 / P) + (h * (8 / P) + j) * 64 + 4 * P * i;
+                    if (i < m) memcpy(dst, src + h * kp + 4 * P * j, (size_t)(4 * P));
+                    else memset(dst, 0, (size_t)(4 * P));
+                }
+            for (int l = 0; l < P; l++) dv[b * 16 + P * i + l] = i < m ? (*dx)[i * nb + b] : 0.0f;
+        }
+    *xq = (const char *)xg;
+    *dx = dv;
+}
+/* W's 4P bytes at p in every row's lanes */
+static inline __attribute__((always_inline)) __m512i braze_qx_bcast(const uint8_t *p, const int P) {
+    if (P == 8) return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+    if (P == 4) return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p));
+    int64_t v8; int32_t v4;
+    if (P == 2) { memcpy(&v8, p, 8); return _mm512_set1_epi64(v8); }
+    memcpy(&v4, p, 4);
+    return _mm512_set1_epi32(v4);
+}
+/* A block's 32 values in the registers the tile dots (register j: values 4P j .. 4P j +
+ * 4P - 1 in every row's lanes), read as KIND says: 0 unpacked bytes (the strip's scratch);
+ * straight from W's blocks, with no unpacking pass, 1 nibbles (low ones values 0..15,
+ * high ones 16..31: Q4_0, Q4_1) and 2 int8 (Q8_0: + 128). */
+static inline __attribute__((always_inline)) void braze_qx_w(const int KIND, const int P, const uint8_t *qb, __m512i *wv) {
+    const int NR = 8 / P;
+    if (KIND == 0 || KIND == 2)
+        for (int j = 0; j < NR; j++) {
+            wv[j] = braze_qx_bcast(qb + 4 * P * j, P);
+            if (KIND == 2) wv[j] = _mm512_xor_si512(wv[j], _mm512_set1_epi8((char)0x80));
+        }
+    else if (P == 8) {  /* 16 bytes in each 128-bit lane: low nibbles in lanes 0, 2, high in 1, 3 */
+        __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)qb));
+        wv[0] = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4), _mm512_set1_epi8(15));
+    } else
+        for (int j = 0; j < NR / 2; j++) {
+            __m512i v = braze_qx_bcast(qb + 4 * P * j, P);
+            wv[j] = _mm512_and_si512(v, _mm512_set1_epi8(15));
+            wv[j + NR / 2] = _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(15));
+        }
+}
+/* R rows of W (ldq bytes apart, blocks of 32 bstep apart, read as KIND says; scales s
+ * kp / CH apart) against the x rows as braze_qs_prepare lays them out for this P:
+ * out[x * BRAZE_QEPN + r], x < m */
+static inline __attribute__((always_inline)) void braze_qx_tile(const int R, const int P, const int CH, const int KIND,
+        int64_t m, int64_t kp, const uint8_t *restrict q, int64_t ldq, int64_t bstep, const float *restrict s,
+        const int8_t *restrict xg, const float *restrict dv, float *restrict out) {
+    const int NR = 8 / P;  /* registers of a block's 32 bytes */
+    const int64_t nb = kp / 32;
+    __m512 acc[BRAZE_QSTRIP_R];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const int8_t *xb = xg + b * (1024 / P);
+        const __m512 D = _mm512_loadu_ps(dv + b * 16);
+        for (int r = 0; r < R; r++) {
+            const uint8_t *qr = q + r * ldq + b * bstep;
+            const float *sr = s + r * (kp / CH) + b * (32 / CH);
+            if (KIND) __builtin_prefetch(qr + 8 * R * ldq, 0, 2);  /* as the unpacking does */
+            __m512i wv[8];
+            braze_qx_w(KIND, P, qr, wv);
+            /* CH 32: one integer sum and one scale a block; CH 16: one per chunk of 16, or
+             * with P 8 (a row's 32 bytes in one register) one sum, a scale per half-row */
+            if (CH == 16 && P == 8) {
+                __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[0], _mm512_loadu_si512((const void *)xb));
+                p = _mm512_dpbusd_epi32(_mm512_slli_epi32(p, 7), wv[0], _mm512_loadu_si512((const void *)(xb + 64)));
+                const __m512 sv = _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(sr[0]), _mm512_set1_ps(sr[1]));
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), D * sv, acc[r]);
+            } else
+                for (int c = 0; c < 32 / CH; c++) {
+                    const int j0 = c * (CH / (4 * P)), j1 = j0 + CH / (4 * P);
+                    __m512i p = _mm512_setzero_si512();
+                    for (int j = j0; j < j1; j++)
+                        p = _mm512_dpbusd_epi32(p, wv[j], _mm512_loadu_si512((const void *)(xb + 64 * j)));
+                    p = _mm512_slli_epi32(p, 7);
+                    for (int j = j0; j < j1; j++)
+                        p = _mm512_dpbusd_epi32(p, wv[j], _mm512_loadu_si512((const void *)(xb + 64 * (NR + j))));
+                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), D * _mm512_set1_ps(sr[c]), acc[r]);
+                }
+        }
+    }
+    for (int r = 0; r < R; r++) {  /* lanes P i .. P i + P - 1 -> x row i */
+        __m512 t = acc[r];
+        if (P >= 2) t += _mm512_permute_ps(t, 0xB1);
+        if (P >= 4) t += _mm512_permute_ps(t, 0x4E);
+        if (P == 8) t += _mm512_shuffle_f32x4(t, t, 0xB1);
+        float v[16];
+        _mm512_storeu_ps(v, t);
+        for (int64_t i = 0; i < m; i++) out[i * BRAZE_QEPN + r] = v[P * i];
+    }
+}
+/* out[x * BRAZE_QEPN + r] = R rows of q against the m x rows, without the offsets */
+static inline __attribute__((always_inline)) void braze_qs_dots(const int R, const int CH, const int KIND, int64_t m,
+        int64_t kp, const uint8_t *restrict q, int64_t ldq, int64_t bstep, const float *restrict s, const char *xq,
+        const float *dx, float *restrict out) {
+    const int8_t *xg = (const int8_t *)xq;
+    switch (braze_qx_p(m)) {  /* P a literal: the loops over registers unroll */
+    case 8: braze_qx_tile(R, 8, CH, KIND, m, kp, q, ldq, bstep, s, xg, dx, out); break;
+    case 4: braze_qx_tile(R, 4, CH, KIND, m, kp, q, ldq, bstep, s, xg, dx, out); break;
+    case 2: braze_qx_tile(R, 2, CH, KIND, m, kp, q, ldq, bstep, s, xg, dx, out); break;
+    default: braze_qx_tile(R, 1, CH, KIND, m, kp, q, ldq, bstep, s, xg, dx, out);
+    }
+}
+/* The two float16 words at the start of each of a row's n blocks (TS bytes apart) as
+ * floats, 16 blocks a gather (a scalar conversion per block was a sixth of the time) */
+static inline void braze_qx_f16pairs(const uint8_t *w, const int TS, int64_t n, float *lo, float *hi) {
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(TS));
+    int64_t b = 0;
+    for (; b + 16 <= n; b += 16) {
+        __m512i v = _mm512_i32gather_epi32(idx, (const void *)(w + b * TS), 1);
+        _mm512_storeu_ps(lo + b, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)));
+        _mm512_storeu_ps(hi + b, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))));
+    }
+    for (; b < n; b++) { lo[b] = braze_q_f16(w + b * TS); hi[b] = braze_q_f16(w + b * TS + 2); }
+}
+/* W's scales s and offsets o per block of a row of the types read straight from their
+ * blocks, and where their values start in a block (braze_qx_w's KIND says how they are
+ * read); the second word is Q4_1's min, and the first bytes of the others' values */
+static inline void braze_qx_scaled(int64_t n, const float *s, float bias, float *o) {
+    for (int64_t b = 0; b < n; b++) o[b] = bias * s[b];
+}
+static inline void braze_qxs_q4_0(const uint8_t *w, int64_t n, float *s, float *o) {
+    braze_qx_f16pairs(w, 18, n, s, o); braze_qx_scaled(n, s, -8.0f, o);
+}
+static inline void braze_qxs_q4_1(const uint8_t *w, int64_t n, float *s, float *o) { braze_qx_f16pairs(w, 20, n, s, o); }
+static inline void braze_qxs_q8_0(const uint8_t *w, int64_t n, float *s, float *o) {
+    braze_qx_f16pairs(w, 34, n, s, o); braze_qx_scaled(n, s, -128.0f, o);
+}
+enum { braze_qxk_q4_0 = 1, braze_qxk_q4_1 = 1, braze_qxk_q8_0 = 2, braze_qxo_q4_0 = 2, braze_qxo_q4_1 = 4, braze_qxo_q8_0 = 2 };
+/* The strip of a type read straight from its blocks (BS = CH = 32): only the scales
+ * and offsets are taken out first, into thread scratch. */
+#define BRAZE_QSTRIPS_direct(T, BS, TS, CH)                                                                   \
+static inline __attribute__((always_inline)) void braze_qstrip_##T(const int R, int64_t m, int64_t k,        \
+        const uint8_t *w, int64_t ldw, const char *xq, const float *dx, const float *xs, float *out) {        \
+    const int64_t nch = k / 32;                                                                              \
+    float *s = (float *)braze_q_scratch(1, (size_t)BRAZE_QSTRIP_R * nch * 8), *o = s + BRAZE_QSTRIP_R * nch; \
+    for (int r = 0; r < R; r++) braze_qxs_##T(w + r * ldw, nch, s + r * nch, o + r * nch);                     \
+    braze_qs_dots(R, 32, braze_qxk_##T, m, k, w + braze_qxo_##T, ldw, TS, s, xq, dx, out);                   \
+    braze_qs_offsets(R, m, nch, o, xs, out);                                                                 \
+}
+#else
+static inline void braze_qs_prepare(int64_t m, int64_t kp, const char **xq, const float **dx) {
+    (void)m; (void)kp; (void)xq; (void)dx;  /* the tiles read x rows as braze_qlinear lays them out */
+}
 /* R rows of q (kp bytes apart, scales s kp / CH apart) against MT x rows (hi then lo
  * bytes, 2 kp apart; dx kp / 32 apart): dot[x * R + r], without the offsets */
 static inline __attribute__((always_inline)) void braze_qs_tile(const int R, const int MT, const int CH,
@@ -617,6 +794,27 @@ static inline __attribute__((always_inline)) void braze_qs_tile(const int R, con
     for (int x = 0; x < MT; x++)
         for (int r = 0; r < R; r++) dot[x * R + r] = braze_qs_sum(acc[x][r]);
 }
+/* out[x * BRAZE_QEPN + r] = R rows of q against the m x rows, MT at a time, without the offsets */
+static inline __attribute__((always_inline)) void braze_qs_dots(const int R, const int CH, const int KIND, int64_t m,
+        int64_t kp, const uint8_t *restrict q, int64_t ldq, int64_t bstep, const float *restrict s, const char *xq,
+        const float *dx, float *restrict out) {
+    (void)KIND; (void)ldq; (void)bstep;  /* the strip's unpacked q only: rows kp apart */
+    float dot[BRAZE_QSTRIP_M * BRAZE_QSTRIP_R];
+    for (int64_t x0 = 0; x0 < m; x0 += BRAZE_QSTRIP_M) {
+        const int64_t mt = m - x0 < BRAZE_QSTRIP_M ? m - x0 : BRAZE_QSTRIP_M;
+        const int8_t *xr = (const int8_t *)xq + x0 * 2 * kp;
+        const float *dr = dx + x0 * (kp / 32);
+        /* MT a literal: the sums stay in registers */
+        if (mt == 4) braze_qs_tile(R, 4, CH, kp, q, s, xr, dr, dot);
+        else if (mt == 3) braze_qs_tile(R, 3, CH, kp, q, s, xr, dr, dot);
+        else if (mt == 2) braze_qs_tile(R, 2, CH, kp, q, s, xr, dr, dot);
+        else braze_qs_tile(R, 1, CH, kp, q, s, xr, dr, dot);
+        for (int64_t x = 0; x < mt; x++)
+            for (int r = 0; r < R; r++) out[(x0 + x) * BRAZE_QEPN + r] = dot[x * R + r];
+    }
+}
+#define BRAZE_QSTRIPS_direct BRAZE_QSTRIPS_unpack  /* no 512-bit VNNI: every type unpacks */
+#endif
 /* out[x * BRAZE_QEPN + r] += the offsets of R W rows (o, nch chunks each) for m x
  * rows: o times x's chunk sums, stored chunk-major (xs[c * BRAZE_QFEW + x]) so that a
  * chunk's sums are one vector, a lane per x row (a dot over chunks per pair of rows,
@@ -636,7 +834,24 @@ static inline __attribute__((always_inline)) void braze_qs_offsets(const int R, 
 
 /* Columns j0..j0+nj of NW weights for m x rows (xq, dx, xs as braze_qlinear lays them
  * out in mode 3), R rows of W per strip, into t[i][r * BRAZE_QEPN + j - j0]. */
-#define BRAZE_QSTRIPS(T, BS, TS, CH)                                                                          \
+/* Columns j0..j0+nj of NW weights for m x rows, BRAZE_QSTRIP_R rows of W per strip
+ * (braze_qstrip_##T, as the type reads W), into t[i][r * BRAZE_QEPN + j - j0]. */
+#define BRAZE_QSTRIPCOLS(T)                                                                                  \
+static inline __attribute__((always_inline)) void braze_qstrips_##T(const int NW, int64_t m, int64_t j0,     \
+        int64_t nj, int64_t k, const uint8_t *const *w, int64_t ldw, const float *x, int64_t lda,            \
+        const char *xq, int64_t xsz, const float *dx, const float *xs, float (*t)[BRAZE_QFEW * BRAZE_QEPN]) { \
+    (void)x; (void)lda; (void)xsz;                                                                           \
+    for (int64_t j = j0; j < j0 + nj; j += BRAZE_QSTRIP_R)                                                   \
+        for (int i = 0; i < NW; i++) {                                                                       \
+            if (j + BRAZE_QSTRIP_R <= j0 + nj)                                                               \
+                braze_qstrip_##T(BRAZE_QSTRIP_R, m, k, w[i] + j * ldw, ldw, xq, dx, xs, t[i] + (j - j0));     \
+            else                                                                                             \
+                for (int64_t jj = 0; j + jj < j0 + nj; jj++)                                                 \
+                    braze_qstrip_##T(1, m, k, w[i] + (j + jj) * ldw, ldw, xq, dx, xs, t[i] + (j + jj - j0)); \
+        }                                                                                                    \
+}
+
+#define BRAZE_QSTRIPS_unpack(T, BS, TS, CH)                                                                          \
 static inline __attribute__((always_inline)) void braze_qstrip_##T(const int R, int64_t m, int64_t k,        \
         const uint8_t *w, int64_t ldw, const char *xq, const float *dx, const float *xs, float *out) {        \
     const int64_t kp = braze_qs_pad(k), nch = k / CH;                                                        \
@@ -651,33 +866,8 @@ static inline __attribute__((always_inline)) void braze_qstrip_##T(const int R, 
         }                                                                                                    \
         if (kp > k) { memset(qr + k, 0, (size_t)(kp - k)); memset(sr + nch, 0, (size_t)(kp / CH - nch) * 4); } \
     }                                                                                                        \
-    float dot[BRAZE_QSTRIP_M * BRAZE_QSTRIP_R];                                                              \
-    for (int64_t x0 = 0; x0 < m; x0 += BRAZE_QSTRIP_M) {                                                     \
-        const int64_t mt = m - x0 < BRAZE_QSTRIP_M ? m - x0 : BRAZE_QSTRIP_M;                                \
-        const int8_t *xr = (const int8_t *)xq + x0 * 2 * kp;                                                 \
-        const float *dr = dx + x0 * (kp / 32);                                                               \
-        /* MT a literal: the sums stay in registers */                                                       \
-        if (mt == 4) braze_qs_tile(R, 4, CH, kp, q, s, xr, dr, dot);                                         \
-        else if (mt == 3) braze_qs_tile(R, 3, CH, kp, q, s, xr, dr, dot);                                    \
-        else if (mt == 2) braze_qs_tile(R, 2, CH, kp, q, s, xr, dr, dot);                                    \
-        else braze_qs_tile(R, 1, CH, kp, q, s, xr, dr, dot);                                                 \
-        for (int64_t x = 0; x < mt; x++)                                                                     \
-            for (int r = 0; r < R; r++) out[(x0 + x) * BRAZE_QEPN + r] = dot[x * R + r];                    \
-    }                                                                                                        \
+    braze_qs_dots(R, CH, 0, m, kp, q, kp, 32, s, xq, dx, out);                                               \
     braze_qs_offsets(R, m, nch, o, xs, out);                                                                 \
-}                                                                                                            \
-static inline __attribute__((always_inline)) void braze_qstrips_##T(const int NW, int64_t m, int64_t j0,     \
-        int64_t nj, int64_t k, const uint8_t *const *w, int64_t ldw, const float *x, int64_t lda,            \
-        const char *xq, int64_t xsz, const float *dx, const float *xs, float (*t)[BRAZE_QFEW * BRAZE_QEPN]) { \
-    (void)x; (void)lda; (void)xsz;                                                                           \
-    for (int64_t j = j0; j < j0 + nj; j += BRAZE_QSTRIP_R)                                                   \
-        for (int i = 0; i < NW; i++) {                                                                       \
-            if (j + BRAZE_QSTRIP_R <= j0 + nj)                                                               \
-                braze_qstrip_##T(BRAZE_QSTRIP_R, m, k, w[i] + j * ldw, ldw, xq, dx, xs, t[i] + (j - j0));     \
-            else                                                                                             \
-                for (int64_t jj = 0; j + jj < j0 + nj; jj++)                                                 \
-                    braze_qstrip_##T(1, m, k, w[i] + (j + jj) * ldw, ldw, xq, dx, xs, t[i] + (j + jj - j0)); \
-        }                                                                                                    \
 }
 
 /* The few-rows path of every type, over its braze_mv_##T (R rows of W against one x row:
@@ -722,7 +912,7 @@ static inline void NAME(int64_t m, int64_t n, int64_t k, const float *x, int64_t
 }
 
 /* A quantized type's kernel: integer matrix-vector for few rows, GEMM for many. */
-#define BRAZE_QLINEAR(T, BS, TS, CH, MODE)                                                                      \
+#define BRAZE_QLINEAR(T, BS, TS, CH, MODE, WREAD)                                                                      \
 static void braze_rowf_##T(const uint8_t *w, int64_t k, float *out) {                                        \
     uint8_t q[BS]; float s[BS / CH], o[BS / CH];                                                             \
     for (int64_t b = 0; b < k / BS; b++) {                                                                   \
@@ -761,7 +951,8 @@ static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int6
                + off[r] + braze_v8_hsum(offv[r]);                                                            \
 }                                                                                                            \
 BRAZE_MVCOLS(T, MODE, CH)                                                                                    \
-BRAZE_QSTRIPS(T, BS, TS, CH)                                                                                 \
+BRAZE_QSTRIPS_##WREAD(T, BS, TS, CH)                                                                         \
+BRAZE_QSTRIPCOLS(T)                                                                                          \
 BRAZE_QCOLS(braze_qcols_##T, braze_mvcols_##T)                                                              \
 BRAZE_QCOLS(braze_qscols_##T, braze_qstrips_##T)                                                             \
 static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda,                 \
@@ -789,7 +980,11 @@ static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, i
         if (MODE == 2) braze_quantize_row16(x + r * lda, k, (int16_t *)xq + r * k, dx + r * (k / 32));       \
     }                                                                                                        \
     /* one row: braze_mv, its unpack in registers; more (mode 3): the strips, each in its own parallel loop */ \
-    if (MODE == 3 && m > 1) braze_qscols_##T(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, xq, xsz, dx, xs); \
+    if (MODE == 3 && m > 1) {                                                                                \
+        const char *xl = xq; const float *dl = dx;                                                          \
+        braze_qs_prepare(m, kx, &xl, &dl);  /* the strips' own layout of x, if they have one */              \
+        braze_qscols_##T(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, xl, xsz, dl, xs);                  \
+    }                                                                                                        \
     else braze_qcols_##T(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, xq, xsz, dx, xs);                  \
 }
 

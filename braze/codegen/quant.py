@@ -15,22 +15,25 @@ from .. import ir
 from .headers import header
 
 # GGML type -> the instantiation: BRAZE_QLINEAR(name, elements per block, bytes per
-# block, elements per scale chunk, mode) for the quantized types, BRAZE_FLINEAR(name)
-# for the float ones. The mode says how decoding (few x rows) takes its dot products:
+# block, elements per scale chunk, mode, how batched rows read W) for the quantized
+# types, BRAZE_FLINEAR(name) for the float ones. The mode says how decoding (few x rows) takes its dot products:
 # 0 dequantizes W in registers against float x; 1 quantizes x to int8 blocks of 32 and
 # takes integer dots (VNNI's vpdpbusd); 2 quantizes x to int16 (vpmaddwd); 3 (int8x2)
 # rounds x to 15 bits, kept as two int8 halves, and takes two vpdpbusd per block.
+# Batched rows (2..FEW) read W per strip of rows: `unpack` unpacks the strip into scratch
+# once, `direct` (types whose values are plain nibbles or bytes) reads the blocks in the
+# dot loop itself, one pass fewer (quant.h's braze_qx_w, with 512-bit VNNI).
 QTYPES: dict[str, str] = {
-    "Q4_0": "BRAZE_QLINEAR(q4_0, 32, 18, 32, {mode})",
-    "Q4_1": "BRAZE_QLINEAR(q4_1, 32, 20, 32, {mode})",
-    "Q5_0": "BRAZE_QLINEAR(q5_0, 32, 22, 32, {mode})",
-    "Q5_1": "BRAZE_QLINEAR(q5_1, 32, 24, 32, {mode})",
-    "Q8_0": "BRAZE_QLINEAR(q8_0, 32, 34, 32, {mode})",
-    "Q2_K": "BRAZE_QLINEAR(q2_k, 256, 84, 16, {mode})",
-    "Q3_K": "BRAZE_QLINEAR(q3_k, 256, 110, 16, {mode})",
-    "Q4_K": "BRAZE_QLINEAR(q4_k, 256, 144, 32, {mode})",
-    "Q5_K": "BRAZE_QLINEAR(q5_k, 256, 176, 32, {mode})",
-    "Q6_K": "BRAZE_QLINEAR(q6_k, 256, 210, 16, {mode})",
+    "Q4_0": "BRAZE_QLINEAR(q4_0, 32, 18, 32, {mode}, direct)",
+    "Q4_1": "BRAZE_QLINEAR(q4_1, 32, 20, 32, {mode}, direct)",
+    "Q5_0": "BRAZE_QLINEAR(q5_0, 32, 22, 32, {mode}, unpack)",
+    "Q5_1": "BRAZE_QLINEAR(q5_1, 32, 24, 32, {mode}, unpack)",
+    "Q8_0": "BRAZE_QLINEAR(q8_0, 32, 34, 32, {mode}, direct)",
+    "Q2_K": "BRAZE_QLINEAR(q2_k, 256, 84, 16, {mode}, unpack)",
+    "Q3_K": "BRAZE_QLINEAR(q3_k, 256, 110, 16, {mode}, unpack)",
+    "Q4_K": "BRAZE_QLINEAR(q4_k, 256, 144, 32, {mode}, unpack)",
+    "Q5_K": "BRAZE_QLINEAR(q5_k, 256, 176, 32, {mode}, unpack)",
+    "Q6_K": "BRAZE_QLINEAR(q6_k, 256, 210, 16, {mode}, unpack)",
     "F32": "BRAZE_FLINEAR(f32)",
     "F16": "BRAZE_FLINEAR(f16)",
     "BF16": "BRAZE_FLINEAR(bf16)",
