@@ -395,8 +395,8 @@ class Scheduler:
             dims = self.folded(node)
             kept = [d for d in range(len(src)) if d not in dims]
             if src != g.elem_shape or tuple(kept) + tuple(dims) != tuple(
-                    sorted(range(len(src)), key=lambda d: g.elem_map[d])):
-                return None
+                    sorted(range(len(src)), key=lambda d: g.elem_map[d])) and not g.reorderable():
+                return None  # (an element-wise group is reordered for it: ``add``)
             if len(kept) != len(g.outer) and (g.stages or g.row_shapes):
                 return None  # rows are fixed once the group has reduced something
             return "reduce" if node.op.name in REDUCTIONS else "scan", g.elem_map
@@ -520,13 +520,20 @@ class Scheduler:
         node = self.nodes[ref[0]]
         layout, dim_map = self.view(node, ref[1], dim_map)
         made = self.created.get(k)
-        if made is None or node.op.name in ("cat", "pad") or node.op.name in GATHERS and ref[1] == 0:
-            # cat and pad shift and guard their loads; a gather adds its index to its source's
+        if made is None or node.op.name in GATHERS and ref[1] == 0:
+            # a gather adds its index to its source's (cat and pad shift and guard what they read)
             return self.load_at(g, o.storage, affine(layout, dim_map, g.ndim), ref)
         # A value of the index alone (a causal mask from two aranges), or a copy of a
         # view: recomputed (read through) where it is read, so it never needs a buffer
         # or a kernel of its own.
-        expr = made(affine(layout, dim_map, g.ndim), g.outer + g.inner, self.loader(g))
+        extents = list(g.outer + g.inner)
+        if node.op.name in ("cat", "pad"):
+            # computed over the input's own range of each coordinate (rotate_half's -x2):
+            # the lowering shifts it to where it lies in the output, under its guard
+            for n, c in zip(layout.shape, dim_map):
+                if c is not None and n != 1:
+                    extents[c] = n
+        expr = made(affine(layout, dim_map, g.ndim), extents, self.loader(g))
         if expr is None:
             return self.load_at(g, o.storage, affine(layout, dim_map, g.ndim), ref)
         self.readers[k].discard(ref[0])
@@ -586,6 +593,12 @@ class Scheduler:
         return ir.Load(arg, index, storage.dtype)
 
     def add(self, g: Group, i: int, node: Any) -> bool:
+        if node.op.name in REDUCTIONS or node.op.name in SCANS:
+            dims = self.folded(node)
+            order = [g.elem_map[d] for d in range(len(g.elem_shape)) if d not in dims] + \
+                [g.elem_map[d] for d in dims]
+            if order != sorted(order):  # a reduction over a middle dim of element-wise work
+                g.reorder(order)
         sp = self.space(g, node)
         assert sp is not None
         kind, dim_map = sp
@@ -629,12 +642,23 @@ class Scheduler:
             n_kept = len(g.elem_shape) - len(self.folded(node))
             coords = g.outer + g.inner
             g.outer, g.inner = coords[:n_kept], coords[n_kept:]
+        n = prod(g.inner)
+        if spec.post == "var":
+            # Two passes, as the reference computes it (no single-pass sum of squares, which
+            # cancels): the row's mean, then the sum of squared deviations from it.
+            g.stages.append(ir.Reduce("sum", arg, spec.acc))
+            mean = ir.Op("div", (ir.Acc(len(g.stages) - 1, spec.acc), ir.Const(n, spec.acc)), spec.acc)
+            x = arg if arg.dtype is spec.acc else ir.Op("cast", (arg,), spec.acc)
+            dev = ir.Op("sub", (x, mean), spec.acc)
+            arg = ir.Op("mul", (dev, dev), spec.acc)
         g.stages.append(ir.Scan(spec.op, arg, spec.acc) if spec.post == "scan" else ir.Reduce(spec.op, arg, spec.acc))
         acc: ir.Expr = ir.Acc(len(g.stages) - 1, spec.acc)
         out = node.outputs[0].storage.dtype
-        if spec.post == "mean":
-            n = prod(g.inner)
-            acc = ir.Op("div", (acc, ir.Const(n, spec.acc)), spec.acc)
+        if spec.post in ("mean", "var"):
+            # var divides by max(n - correction, 0): 0 gives inf or nan, as in the reference
+            d = n if spec.post == "mean" else max(n - spec.correction, 0)
+            d = int(d) if float(d).is_integer() else d  # an int count can be a generic size
+            acc = ir.Op("div", (acc, ir.Const(d, spec.acc)), spec.acc)
         if acc.dtype is not out:
             acc = ir.Op("cast", (acc,), out)
         return acc

@@ -21,7 +21,7 @@ def _mean_np(x, m):
     return (R.f64(x) * m).sum(1) / np.maximum(m.sum(1), 1e-9)
 
 
-@idiom(TOK, MASK, kernels=1, oracle=_mean_np, bug=MIDDLE_DIM_REDUCTION)
+@idiom(TOK, MASK, kernels=1, oracle=_mean_np)
 def mean_pooling(token_embeddings, attention_mask):
     input_mask_expanded = attention_mask.unsqueeze(-1).expand(token_embeddings.size()).float()
     sum_embeddings = braze.sum(token_embeddings * input_mask_expanded, 1)
@@ -75,8 +75,7 @@ def last_token_pooling_right_padded(token_embeddings, attention_mask):
 
 
 @idiom(TOK, MASK, kernels=1,
-       oracle=lambda x, m: (R.f64(x) * (m * np.arange(1, S + 1))[:, :, None]).sum(1) / (m * np.arange(1, S + 1)).sum(1)[:, None],
-       bug=MIDDLE_DIM_REDUCTION)
+       oracle=lambda x, m: (R.f64(x) * (m * np.arange(1, S + 1))[:, :, None]).sum(1) / (m * np.arange(1, S + 1)).sum(1)[:, None])
 def weighted_mean_pooling_by_position(token_embeddings, attention_mask):  # SGPT
     weights = braze.arange(1, S + 1).float()[None, :, None].expand(token_embeddings.shape)
     m = attention_mask.unsqueeze(-1).expand(token_embeddings.shape).float()

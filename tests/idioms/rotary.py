@@ -25,19 +25,19 @@ def rotate_half(x):
     return braze.cat((-x2, x1), dim=-1)
 
 
-@idiom(randn(B, H, S, D), value(COS), value(SIN), kernels=1, oracle=_rope_np, bug=ROTATE_HALF)
+@idiom(randn(B, H, S, D), value(COS), value(SIN), kernels=1, oracle=_rope_np)
 def rope_rotate_half(x, cos, sin):
     return x * cos + rotate_half(x) * sin
 
 
 @idiom(randn(B, H, S, D), randn(B, 2, S, D), value(COS), value(SIN), kernels=2,
-       oracle=lambda q, k, c, s: (_rope_np(q), _rope_np(k)), bug=ROTATE_HALF)
+       oracle=lambda q, k, c, s: (_rope_np(q), _rope_np(k)))
 def rope_apply_to_q_and_k_unsqueeze_dim(q, k, cos, sin):  # HF apply_rotary_pos_emb; q and k: two shapes
     cos, sin = cos[None].unsqueeze(1), sin[None].unsqueeze(1)
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
-@idiom(randn(B, H, S, D), value(COS), value(SIN), kernels=1, oracle=_rope_np, bug=ROTATE_HALF)
+@idiom(randn(B, H, S, D), value(COS), value(SIN), kernels=1, oracle=_rope_np)
 def rope_rotate_half_with_chunk(x, cos, sin):
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + braze.cat([-x2, x1], -1) * sin
@@ -107,21 +107,20 @@ def partial_rotary_neox(x):  # rotary_pct = 0.5: rotate the first half of each h
 
 
 @idiom(randn(B, H, 1, D), value(COS), value(SIN), 5, kernels=1,
-       oracle=lambda x, c, s, p: _rope_np(x, c[p:p + 1], s[p:p + 1]), bug=ROTATE_HALF)
+       oracle=lambda x, c, s, p: _rope_np(x, c[p:p + 1], s[p:p + 1]))
 def rope_one_decoding_position_sliced(x, cos, sin, pos):  # tables sliced at the position
     return x * cos[pos:pos + 1] + rotate_half(x) * sin[pos:pos + 1]
 
 
 @idiom(randn(B, H, S, D, dtype=np.float16), value(COS), value(SIN), kernels=1,
-       oracle=lambda x, c, s: _rope_np(x.astype(np.float32), c, s).astype(np.float16), rtol=2e-3, atol=2e-3,
-       bug=ROTATE_HALF)
+       oracle=lambda x, c, s: _rope_np(x.astype(np.float32), c, s).astype(np.float16), rtol=2e-3, atol=2e-3)
 def rope_half_precision_tables_cast(x, cos, sin):  # cos.to(dtype) as HF does before applying
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return x * cos + rotate_half(x) * sin
 
 
 @idiom(randn(B, S, H, D), value(COS), value(SIN), kernels=1,
-       oracle=lambda x, c, s: _rope_np(x.transpose(0, 2, 1, 3), c, s), bug=ROTATE_HALF)
+       oracle=lambda x, c, s: _rope_np(x.transpose(0, 2, 1, 3), c, s))
 def rope_after_head_transpose(x, cos, sin):  # (B, S, H, D) -> (B, H, S, D), then rotate
     x = x.transpose(1, 2)
     return x * cos + rotate_half(x) * sin

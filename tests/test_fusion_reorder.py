@@ -1,0 +1,96 @@
+"""Fusion of what the idiom corpus found split (issue 15): var/std as two folds in the
+kernel, reductions and scans over a middle dim of element-wise work (the group's loops
+reordered), and values recomputed under a cat's guard. Each program is checked against
+the reference executor and counted, at two shapes (the second runs a generic kernel)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+import braze
+import braze.nn.functional as F
+from braze.runtime.cpu import compiler_available
+
+pytestmark = pytest.mark.skipif(not compiler_available(), reason="no C compiler")
+
+
+@pytest.fixture(autouse=True)
+def fused(monkeypatch: Any) -> None:
+    monkeypatch.setenv("BRAZE_FUSION", "1")
+
+
+def check(fn: Callable[..., braze.Tensor], arrays: list[np.ndarray], kernels: int, monkeypatch: Any,
+          rtol: float = 1e-5, atol: float = 1e-5) -> None:
+    braze.reset_stats()
+    got = fn(*[braze.from_numpy(a.copy()) for a in arrays]).numpy().copy()
+    assert braze.stats()["kernel_launches"] == kernels, braze.stats()
+    with monkeypatch.context() as m:
+        m.setenv("BRAZE_FUSION", "0")
+        want = fn(*[braze.from_numpy(a.copy()) for a in arrays]).numpy()
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dims, correction", [(-1, 0), (-1, 1), (1, 2), ((0, 2), 1), (-1, 1.5)])
+def test_var_is_two_folds_in_its_consumers_kernel(dims: Any, correction: float, monkeypatch: Any) -> None:
+    def norm(x: braze.Tensor) -> braze.Tensor:
+        v = x.var(dims, keepdim=True, correction=correction)
+        return (x - x.mean(dims, keepdim=True)) / (v + 1e-5).sqrt()
+
+    rng = np.random.default_rng(1)
+    for shape in ((3, 7, 40), (5, 9, 24)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        check(norm, [x], 1, monkeypatch)
+        # far from 0, where a single pass of squares would cancel (1e-3 of the variance)
+        check(lambda t: t.var(dims, correction=correction) * 2, [x + 100], 1, monkeypatch, rtol=1e-5)
+
+
+def test_var_of_one_element_with_correction_is_nan_as_the_reference(monkeypatch: Any) -> None:
+    check(lambda x: x.std(-1) * 2, [np.ones((4, 1), np.float32)], 1, monkeypatch)
+
+
+def test_a_reduction_over_a_middle_dim_reorders_its_element_wise_group(monkeypatch: Any) -> None:
+    """Mean pooling: ``(x * m).sum(1) / m.sum(1)`` over (B, S, D): the product's group runs
+    (B, S) x D until the sum over S makes its rows (B, D) and S its row: one kernel."""
+    def prog(x: braze.Tensor, mask: braze.Tensor) -> braze.Tensor:
+        m = mask.unsqueeze(-1).expand(x.shape).float()
+        return (x * m).sum(1) / m.sum(1).clamp(min=1e-9)
+
+    rng = np.random.default_rng(2)
+    for b, s, d in ((3, 10, 32), (2, 17, 48)):
+        check(prog, [rng.standard_normal((b, s, d)).astype(np.float32), (rng.random((b, s)) < 0.7).astype(np.int64)],
+              1, monkeypatch)
+
+
+def test_a_scan_over_a_middle_dim_of_element_wise_work(monkeypatch: Any) -> None:
+    check(lambda x: (x * 2 + 1).cumsum(1), [np.random.default_rng(3).standard_normal((3, 6, 5)).astype(np.float32)],
+          1, monkeypatch)
+
+
+def test_a_stored_element_wise_value_keeps_its_elements_when_the_group_is_reordered(monkeypatch: Any) -> None:
+    def prog(x: braze.Tensor) -> braze.Tensor:
+        y = (x * 3).exp()
+        return braze.cat([y.sum(1, keepdim=True), y[:, :1]], 1)  # y itself is read after its group
+
+    check(prog, [np.random.default_rng(4).standard_normal((2, 5, 7)).astype(np.float32)], 2, monkeypatch)
+
+
+@pytest.mark.parametrize("width", [16, 10])
+def test_a_recomputed_input_of_a_cat_is_shifted_and_guarded(width: int, monkeypatch: Any) -> None:
+    """``rotate_half`` of a tensor that exists before the flush: ``-x2`` is computed under
+    the cat's guard in the consumer's kernel; a pad of a computed value too."""
+    h = width // 2
+
+    def rope(x: braze.Tensor, c: braze.Tensor, s: braze.Tensor) -> braze.Tensor:
+        return x * c + braze.cat((-x[..., h:], x[..., :h]), dim=-1) * s
+
+    def padded(x: braze.Tensor, c: braze.Tensor, s: braze.Tensor) -> braze.Tensor:
+        return F.pad((x[..., 1:] * 2).exp(), (2, 1)) + c
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 8, width)).astype(np.float32)
+    c, s = rng.standard_normal((2, 8, width)).astype(np.float32)
+    check(rope, [x, c, s], 1, monkeypatch)
+    check(padded, [x, rng.standard_normal((8, width + 2)).astype(np.float32), s], 1, monkeypatch)
