@@ -100,7 +100,7 @@ def _cumsum(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ReduceSpe
     return ReduceSpec("sum", acc, "scan")
 
 
-def _shifted(e: ir.Expr, shifts: dict[int, int], when: tuple[tuple[int, int, int], ...]) -> ir.Expr:
+def shifted(e: ir.Expr, shifts: dict[int, int], when: tuple[tuple[int, int, int], ...]) -> ir.Expr:
     """An input seen from the output's coordinates: coordinate ``c`` of the output is
     ``c - shift`` of the input, and each load is valid only inside ``when``. The input
     is a load, or a value recomputed where it is read (``schedule/recompute.py``: ``-x2``
@@ -114,7 +114,8 @@ def _shifted(e: ir.Expr, shifts: dict[int, int], when: tuple[tuple[int, int, int
         a = x.index
         off = a.offset - sum(a.coeffs[c] * k for c, k in shifts.items())
         divs = tuple((c, add - shifts.get(c, 0), d, m) for c, add, d, m in a.divs)
-        return ir.Load(x.arg, ir.Affine(off, a.coeffs, divs), x.dtype, x.when + when,
+        moved = tuple((c, lo + shifts.get(c, 0), hi + shifts.get(c, 0)) for c, lo, hi in x.when)  # a cat's, under a pad
+        return ir.Load(x.arg, ir.Affine(off, a.coeffs, divs), x.dtype, moved + when,
                        tuple((ir.mapped(i, leaf), st) for i, st in x.at))
     return ir.mapped(e, leaf)
 
@@ -137,7 +138,7 @@ def _cat(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | No
     for a, shape in zip(args, attrs["in_shapes"]):
         n = shape[dim]
         if n:  # an empty input contributes nothing (and must never be read)
-            pieces.append((start, start + n, _shifted(a, {coord: start}, ((coord, start, start + n),))))
+            pieces.append((start, start + n, shifted(a, {coord: start}, ((coord, start, start + n),))))
         start += n
     if not pieces:  # every input is empty along dim: so is the output (never read)
         return ir.Const(0, out)
@@ -166,7 +167,7 @@ def _pad(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | No
             continue
         shifts[c] = lo
         when.append((c, lo, lo + n))
-    load = _shifted(args[0], shifts, tuple(when))
+    load = shifted(args[0], shifts, tuple(when))
     cond = None
     for c, lo, hi in when:
         r = _in_range(c, lo, hi)

@@ -144,21 +144,40 @@ class Scheduler:
         the output is then complete for whatever reads it next."""
         dim = node.attrs["dim"]
         out = node.outputs[0]
-        groups: list[tuple[Group, Value]] = []
+        if all(self.key(o.storage) in self.created or self.producer.get(self.key(o.storage)) not in self.open
+               for o in node.inputs):
+            # views, and values recomputed where they are read (a causal mask and zeros:
+            # hstack; rotate_half's -x2 of a given x): read in the cat's consumer, nothing stored
+            return False
+        computed: list[tuple[Group, Value] | None] = []
         for o in node.inputs:
             g = self.producer.get(self.key(o.storage))
             v = g.values.get(self.key(o.storage)) if g is not None and g in self.open else None
-            if g is None or v is None or v.row or o.layout != Layout.contiguous(v.shape):
-                refuse(node, "an input is not computed element by element by an open group: "
+            if g in self.open and (v is None or v.row or o.layout != Layout.contiguous(v.shape)):
+                refuse(node, "an input is computed by an open group, but not element by element: "
                              "cat becomes guarded reads in its consumer instead of stores into slices")
                 return False
-            groups.append((g, v))
+            computed.append(None if g is None or v is None else (g, v))
+        # An input no open group computes (a view of a given tensor, a value of the index
+        # alone: partial rotary's pass-through half) is stored into its slice by a group that
+        # computes an input of its shape, which reads it there; only for a result Python
+        # holds (one a consumer reads is better read there, under guards: nothing stored).
+        groups: list[tuple[Group, Value]] = []
+        for o, gv in zip(node.inputs, computed):
+            if gv is None and self.key(out.storage) in self.live:
+                gv = next((c for c in computed if c is not None and c[1].shape == o.layout.shape), None)
+            if gv is None:
+                refuse(node, "an input is not computed element by element by an open group, nor of the shape of one "
+                             "that is: cat becomes guarded reads in its consumer instead of stores into slices")
+                return False
+            groups.append(gv)
         k_out = self.key(out.storage)
         start = 0
-        for (g, v), o in zip(groups, node.inputs):
+        for j, ((g, v), o, gv) in enumerate(zip(groups, node.inputs, computed)):
             n = o.layout.shape[dim]
             target = out.layout.slice(dim, start, start + n, 1)
-            g.slices.append((k_out, affine(target, v.dims, g.ndim), v.expr))
+            expr = v.expr if gv is not None else self.operand(g, o, v.dims, (i, j))
+            g.slices.append((k_out, affine(target, v.dims, g.ndim), expr))
             start += n
         self.materialized.add(k_out)
         for g, _ in groups:

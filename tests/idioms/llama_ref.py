@@ -89,8 +89,7 @@ def attention_with_repeat_kv_and_mask(xq, keys, values):
 
 
 @idiom(4, kernels=1,
-       oracle=lambda p: np.hstack([np.zeros((S, p)), np.triu(np.full((S, S), -np.inf), 1)]).astype(np.float32),
-       bug=CAT_OF_COMPUTED)
+       oracle=lambda p: np.hstack([np.zeros((S, p)), np.triu(np.full((S, S), -np.inf), 1)]).astype(np.float32))
 def causal_mask_with_hstack_for_cache(start_pos):
     mask = braze.full((S, S), float("-inf"))
     mask = braze.triu(mask, diagonal=1)

@@ -65,7 +65,7 @@ def rope_interleaved_gptj_rotate_every_two(x):
     return x * cos + rotated * sin
 
 
-@idiom(kernels=1, oracle=lambda: (COS, SIN), bug=CAT_OF_COMPUTED)
+@idiom(kernels=1, oracle=lambda: (COS, SIN))
 def rope_tables_from_inv_freq(cos_only=None):  # HF LlamaRotaryEmbedding: outer product, cat, cos/sin
     inv_freq = 1.0 / (10000 ** (braze.arange(0, D, 2, dtype=braze.int64).float() / D))
     t = braze.arange(S).float()
@@ -96,7 +96,7 @@ def rope_tables_indexed_by_position_ids(x, cos, sin, position_ids):  # cos[posit
 
 @idiom(randn(B, H, S, D), kernels=1,
        oracle=lambda x: np.concatenate([_rope_np(x[..., :8], *(t.astype(np.float32) for t in R.rope_tables(S, 8))),
-                                        x[..., 8:]], -1), bug=ROTATE_HALF)
+                                        x[..., 8:]], -1))
 def partial_rotary_neox(x):  # rotary_pct = 0.5: rotate the first half of each head, pass the rest
     rot, keep = x[..., :8], x[..., 8:]
     inv = 1.0 / (10000 ** (braze.arange(0, 8, 2).float() / 8))

@@ -1,7 +1,9 @@
 """Fusion of what the idiom corpus found split (issue 15): var/std as two folds in the
 kernel, reductions and scans over a middle dim of element-wise work (the group's loops
-reordered), and values recomputed under a cat's guard. Each program is checked against
-the reference executor and counted, at two shapes (the second runs a generic kernel)."""
+reordered), values recomputed under a cat's or pad's guard, cats of values of the index
+alone recomputed where they are read, and a pass-through view stored into its slice of a
+cat by the group computing the other slice. Each program is checked against the
+reference executor and its kernels counted."""
 
 from __future__ import annotations
 
@@ -94,3 +96,34 @@ def test_a_recomputed_input_of_a_cat_is_shifted_and_guarded(width: int, monkeypa
     c, s = rng.standard_normal((2, 8, width)).astype(np.float32)
     check(rope, [x, c, s], 1, monkeypatch)
     check(padded, [x, rng.standard_normal((8, width + 2)).astype(np.float32), s], 1, monkeypatch)
+
+
+def test_a_cat_of_values_of_the_index_alone_is_recomputed_where_it_is_read(monkeypatch: Any) -> None:
+    """Rotary tables ``cat((freqs, freqs))`` of an outer product of aranges, and the Llama
+    reference's mask ``hstack([zeros, triu(full(-inf), 1)])``: computed in the kernel that
+    reads them, each piece over its own range, nothing stored but the results."""
+    def tables(x: braze.Tensor) -> braze.Tensor:
+        inv = 1.0 / (10000 ** (braze.arange(0, 8, 2).float() / 8))
+        freqs = braze.outer(braze.arange(x.shape[-2]).float(), inv)
+        emb = braze.cat((freqs, freqs), dim=-1)
+        return x * emb.cos() + x.flip(-1) * emb.sin()
+
+    def mask(x: braze.Tensor) -> braze.Tensor:
+        s = x.shape[-2] + 1
+        m = braze.hstack([braze.zeros((s, 3)), braze.triu(braze.full((s, s), float("-inf")), diagonal=1)])[:, :8]
+        return (x + m[1:]).softmax(-1)  # read through a slice: the pieces' ranges move
+
+    rng = np.random.default_rng(6)
+    check(tables, [rng.standard_normal((2, 5, 8)).astype(np.float32)], 1, monkeypatch)
+    check(mask, [rng.standard_normal((2, 4, 8)).astype(np.float32)], 1, monkeypatch)
+
+
+def test_a_cat_python_holds_stores_a_pass_through_view_with_the_computed_slice(monkeypatch: Any) -> None:
+    """Partial rotary: ``cat((rotated, x[..., 8:]))``: the group computing the rotated half
+    also copies the pass-through half into its slice, one kernel for the whole result."""
+    def prog(x: braze.Tensor, c: braze.Tensor) -> braze.Tensor:
+        return braze.cat(((x[..., :8] * 2 + c).exp() - x[..., :8].sum(-1, keepdim=True), x[..., 8:]), -1)
+
+    rng = np.random.default_rng(7)
+    check(prog, [rng.standard_normal((3, 4, 16)).astype(np.float32), rng.standard_normal((4, 8)).astype(np.float32)],
+          1, monkeypatch)
