@@ -127,3 +127,17 @@ def test_a_cat_python_holds_stores_a_pass_through_view_with_the_computed_slice(m
     rng = np.random.default_rng(7)
     check(prog, [rng.standard_normal((3, 4, 16)).astype(np.float32), rng.standard_normal((4, 8)).astype(np.float32)],
           1, monkeypatch)
+
+
+def test_a_reduction_of_a_broadcast_input_joins_the_group_that_recomputes_it(monkeypatch: Any) -> None:
+    """Mean pooling with the mask as (B, S, 1): ``m.sum(1)`` is the same fold in every row
+    (b, d) of the masked sum's group, which recomputes m; the group that casts m only
+    exists to be read that way, so it does not take the sum: one kernel."""
+    def prog(x: braze.Tensor, mask: braze.Tensor) -> braze.Tensor:
+        m = mask[..., None].to(x.dtype)
+        return (x * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9).sqrt()
+
+    rng = np.random.default_rng(8)
+    for b, s, d in ((3, 10, 32), (2, 5, 20)):
+        check(prog, [rng.standard_normal((b, s, d)).astype(np.float32), (rng.random((b, s)) < 0.6).astype(np.int64)],
+              1, monkeypatch)

@@ -373,15 +373,21 @@ class Scheduler:
             g = self.producer.get(self.key(o.storage))
             if g is not None and g in self.open and g not in producers:
                 producers.append(g)
-        best = self.best(node, producers)
+        # A group of values of the index alone (and element-wise work on given tensors) is
+        # read by recomputing them: it takes a node only when no other group does.
+        virtual = [g for g in producers if all(self.key(self.nodes[m].outputs[0].storage) in self.created
+                                               for m in g.members)]
+        best = self.best(node, [g for g in producers if g not in virtual])
         if best is None:
-            # Siblings: an open group that already loads one of this node's inputs can
-            # read it once for both (mean and mean of squares of the same x), also when
-            # the groups that compute its other inputs refuse it (x * cos + cat((-x2, x1))
-            # * sin: the group computing -x2 has another shape, the one computing x * cos
-            # loads x too).
+            # Siblings: an open group that already loads (or recomputes) one of this node's
+            # inputs can read it once for both (mean and mean of squares of the same x), also
+            # when the groups that compute its other inputs refuse it (x * cos + cat((-x2,
+            # x1)) * sin: the group computing -x2 has another shape, the one computing x * cos
+            # loads x too; a mask's sum beside the masked sum in mean pooling).
             best = self.best(node, [g for g in self.open if g not in producers and any(
-                self.key(o.storage) in g.loaded for o in node.inputs)])
+                self.key(o.storage) in g.loaded or self.key(o.storage) in g.recomputed for o in node.inputs)])
+        if best is None:
+            best = self.best(node, virtual)
         if best is not None:
             return self.add(best[1], i, node)
         g = self.new_group(node, reduce=node.op.name in REDUCTIONS or node.op.name in SCANS)
@@ -413,7 +419,11 @@ class Scheduler:
             src = node.inputs[0].layout.shape
             dims = self.folded(node)
             kept = [d for d in range(len(src)) if d not in dims]
-            if src != g.elem_shape or tuple(kept) + tuple(dims) != tuple(
+            # a reduction of an input broadcast along kept dims (a mask's (B, S, 1) summed
+            # over S in a group over (B, S, D)) is the same fold in every row it broadcasts to
+            same = src == g.elem_shape or node.op.name in REDUCTIONS and len(src) == len(g.elem_shape) and all(
+                a == b or a == 1 and d not in dims for d, (a, b) in enumerate(zip(src, g.elem_shape)))
+            if not same or tuple(kept) + tuple(dims) != tuple(
                     sorted(range(len(src)), key=lambda d: g.elem_map[d])) and not g.reorderable():
                 return None  # (an element-wise group is reordered for it: ``add``)
             if len(kept) != len(g.outer) and (g.stages or g.row_shapes):
@@ -556,6 +566,7 @@ class Scheduler:
         if expr is None:
             return self.load_at(g, o.storage, affine(layout, dim_map, g.ndim), ref)
         self.readers[k].discard(ref[0])
+        g.recomputed.add(k)
         return expr
 
     def loader(self, g: Group) -> recompute.LoadAt:

@@ -58,6 +58,7 @@ class Group:
     #: bound) is then a placeholder, added to the argument's pointer at run time
     loads: dict[Any, int] = field(default_factory=dict)
     loaded: set[Key] = field(default_factory=set)  # storages read from memory
+    recomputed: set[Key] = field(default_factory=set)  # values recomputed where read (schedule/recompute.py)
     refs: dict[int, tuple[int, int]] = field(default_factory=dict)  # argument -> (node, input)
     deps: set[int] = field(default_factory=set)
     slices: list[tuple[Key, ir.Affine, ir.Expr]] = field(default_factory=list)  # cat: writes into slices

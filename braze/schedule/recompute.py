@@ -214,6 +214,14 @@ def find(nodes: Sequence[Any], key: Callable[[Any], Key]) -> dict[Key, Recompute
             out[k], size[k] = _full(node.attrs["value"], dtype), 1
         elif node.op.name == "arange":
             out[k], size[k] = _arange(node.attrs, dtype), 3
+        elif node.op.name == "index_select" and node.inputs[0].layout.shape \
+                and key(node.inputs[0].storage) not in written and not node.inputs[0].storage.dtype.is_block \
+                and (key(node.inputs[1].storage) in out or _unwritten(node.inputs[1], written, key)):
+            # rows of a table at ids made in the flush (an arange of positions, zeros of
+            # token types) or given: read through where they are read, as a copy is (the
+            # table may be made in the flush: ``v[:, [-1]]`` of topk's values)
+            ix = key(node.inputs[1].storage)
+            out[k], size[k] = _gathered(n, node, shape, out.get(ix)), 2 + size.get(ix, 0)
         elif node.op.name == "cat" and all(key(i.storage) in out or key(i.storage) not in written
                                            and i.storage.array is not None for i in node.inputs):
             ins = [key(i.storage) for i in node.inputs]
@@ -232,6 +240,11 @@ def find(nodes: Sequence[Any], key: Callable[[Any], Key]) -> dict[Key, Recompute
                 continue
             out[k], size[k] = _pointwise(n, node, shape, dtype, [out.get(i) for i in ins]), n_ops
     return out
+
+
+def _unwritten(o: Any, written: set[Key], key: Callable[[Any], Key]) -> bool:
+    """Does operand ``o`` exist before the flush, and nothing in it write it in place?"""
+    return o.storage.array is not None and key(o.storage) not in written and not o.storage.dtype.is_block
 
 
 def _full(value: Any, dtype: dt.DType) -> Recompute:
@@ -335,12 +348,13 @@ def _gathers_in_place(n: int, node: Any, key: Callable[[Any], Key], writes: dict
     return not any(n < w <= end for s in (x, ix) for w in writes.get(key(s.storage), ()))
 
 
-def _gathered(n: int, node: Any, shape: tuple[int, ...]) -> Recompute:
+def _gathered(n: int, node: Any, shape: tuple[int, ...], ids: Recompute | None = None) -> Recompute:
     """An ``index_select`` read through: the source at the reader's coordinates, its
     dim ``d`` at the index's value there (``ir.Load.at``, checked as the gather's own
     lowering checks it). ``kp.view(blocks, bs, h, d)[table].reshape(b, nb * bs, h, d)``
     read at key ``j`` of batch ``b`` is pool block ``table[b, j // bs]``, row ``j % bs``:
-    attention through a block table with no gathered copy of the keys."""
+    attention through a block table with no gathered copy of the keys. The index is
+    loaded, or recomputed (``ids``: position ids from an arange)."""
     (x, ix), d = node.inputs, node.attrs["dim"]
     m = ix.layout.ndim
 
@@ -353,7 +367,7 @@ def _gathered(n: int, node: Any, shape: tuple[int, ...]) -> Recompute:
         xa = _compose(x.layout, dims[:d] + [ir.Const(0, dt.int64)] + dims[d + m:], ndim)
         if at is None or xa is None:
             return None
-        i = load_at(ix.storage, at, (n, 1))
+        i = load_at(ix.storage, at, (n, 1)) if ids is None else ids(at, extents, load_at)
         src = load_at(x.storage, xa, (n, 0))
         if i is None or src is None or src.at or src.when:
             return None

@@ -9,7 +9,7 @@ import numpy as np
 import braze
 
 from . import npref as R
-from .corpus import CAT_OF_COMPUTED, PENDING_INDEX_SELECT, ROTATE_HALF, STACK_PAIRS, idiom, randint, randn, value
+from .corpus import CAT_OF_COMPUTED, STACK_PAIRS, idiom, randint, randn, value
 
 B, H, S, D = 2, 4, 8, 16
 COS, SIN = (t.astype(np.float32) for t in R.rope_tables(S, D))
@@ -86,8 +86,7 @@ def rope_tables_from_position_ids_matmul(position_ids):  # HF: inv_freq[None, :,
 
 
 @idiom(randn(B, H, S, D), value(COS), value(SIN), randint(0, S, B, S), kernels=1,
-       oracle=lambda x, c, s, p: R.f64(x) * c[p][:, None] + R.rotate_half(x) * s[p][:, None],
-       pending=PENDING_INDEX_SELECT)
+       oracle=lambda x, c, s, p: R.f64(x) * c[p][:, None] + R.rotate_half(x) * s[p][:, None])
 def rope_tables_indexed_by_position_ids(x, cos, sin, position_ids):  # cos[position_ids].unsqueeze(1)
     c = cos[position_ids].unsqueeze(1)
     s = sin[position_ids].unsqueeze(1)
