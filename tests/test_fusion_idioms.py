@@ -141,3 +141,18 @@ def test_a_reduction_of_a_broadcast_input_joins_the_group_that_recomputes_it(mon
     for b, s, d in ((3, 10, 32), (2, 5, 20)):
         check(prog, [rng.standard_normal((b, s, d)).astype(np.float32), (rng.random((b, s)) < 0.6).astype(np.int64)],
               1, monkeypatch)
+
+
+def test_a_stack_of_computed_pairs_is_stored_interleaved_by_their_group(monkeypatch: Any) -> None:
+    """The Llama reference's rotary in reals: ``stack([re * c - im * s, re * s + im * c],
+    -1).flatten(3)``: the pieces' ``unsqueeze`` views are their values up to a dim of
+    size 1, so their group stores each into its strided slice: one kernel."""
+    def prog(x: braze.Tensor, c: braze.Tensor, s: braze.Tensor) -> braze.Tensor:
+        pairs = x.reshape(*x.shape[:-1], -1, 2)
+        re, im = pairs[..., 0], pairs[..., 1]
+        return braze.stack([re * c - im * s, re * s + im * c], dim=-1).flatten(2)
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 5, 16)).astype(np.float32)
+    c, s = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    check(prog, [x, c, s], 1, monkeypatch)

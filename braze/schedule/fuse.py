@@ -153,7 +153,7 @@ class Scheduler:
         for o in node.inputs:
             g = self.producer.get(self.key(o.storage))
             v = g.values.get(self.key(o.storage)) if g is not None and g in self.open else None
-            if g in self.open and (v is None or v.row or o.layout != Layout.contiguous(v.shape)):
+            if g in self.open and (v is None or v.row or _onto(o.layout, v) is None):
                 refuse(node, "an input is computed by an open group, but not element by element: "
                              "cat becomes guarded reads in its consumer instead of stores into slices")
                 return False
@@ -165,7 +165,7 @@ class Scheduler:
         groups: list[tuple[Group, Value]] = []
         for o, gv in zip(node.inputs, computed):
             if gv is None and self.key(out.storage) in self.live:
-                gv = next((c for c in computed if c is not None and c[1].shape == o.layout.shape), None)
+                gv = next((c for c in computed if c is not None and _onto(Layout.contiguous(o.layout.shape), c[1])), None)
             if gv is None:
                 refuse(node, "an input is not computed element by element by an open group, nor of the shape of one "
                              "that is: cat becomes guarded reads in its consumer instead of stores into slices")
@@ -176,8 +176,10 @@ class Scheduler:
         for j, ((g, v), o, gv) in enumerate(zip(groups, node.inputs, computed)):
             n = o.layout.shape[dim]
             target = out.layout.slice(dim, start, start + n, 1)
-            expr = v.expr if gv is not None else self.operand(g, o, v.dims, (i, j))
-            g.slices.append((k_out, affine(target, v.dims, g.ndim), expr))
+            dims = _onto(Layout.contiguous(o.layout.shape), v)
+            assert dims is not None
+            expr = v.expr if gv is not None else self.operand(g, o, dims, (i, j))
+            g.slices.append((k_out, affine(target, dims, g.ndim), expr))
             start += n
         self.materialized.add(k_out)
         for g, _ in groups:
@@ -739,6 +741,17 @@ class Scheduler:
                 refuse(self.nodes[step.nodes[0]], f"not a quantized matmul's epilogue: {folded}")
             folded = step
         self.steps.append(folded)
+
+
+def _onto(layout: Layout, v: Value) -> tuple[int | None, ...] | None:
+    """The group coordinate of each dim of ``layout`` where it is ``v``'s contiguous
+    layout up to dims of size 1 (a stack's ``unsqueeze``), else None."""
+    def squeezed(lay: Layout) -> tuple[tuple[int, int], ...]:
+        return tuple((n, st) for n, st in zip(lay.shape, lay.strides) if n != 1)
+    if squeezed(layout) != squeezed(Layout.contiguous(v.shape)) or layout.offset:
+        return None
+    coords = iter(c for n, c in zip(v.shape, v.dims) if n != 1)
+    return tuple(next(coords) if n != 1 else None for n in layout.shape)
 
 
 def schedule(nodes: Sequence[Any], key_of: dict[int, Key], live: set[Key]) -> Schedule:

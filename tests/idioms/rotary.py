@@ -43,7 +43,7 @@ def rope_rotate_half_with_chunk(x, cos, sin):
     return x * cos + braze.cat([-x2, x1], -1) * sin
 
 
-@idiom(randn(B, S, H, D), kernels=1, oracle=lambda x: R.rope_interleaved(x, 1), bug=STACK_PAIRS)
+@idiom(randn(B, S, H, D), kernels=1, oracle=lambda x: R.rope_interleaved(x, 1))
 def rope_interleaved_pairs_llama_reference(x):  # (B, S, H, D): xq_.view(..., D/2, 2) as (re, im)
     inv = 1.0 / (10000.0 ** (braze.arange(0, D, 2).float() / D))
     freqs = braze.outer(braze.arange(S).float(), inv)  # (S, D/2)
