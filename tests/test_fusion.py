@@ -220,15 +220,16 @@ def test_cat_of_computed_halves_writes_slices_of_one_output(monkeypatch: Any) ->
 
 
 def test_cat_with_an_input_that_is_only_a_view_is_read_in_place(monkeypatch: Any) -> None:
-    """One input computed, one a plain view: the computed one is stored, and the cat is
-    guarded reads inside its consumer's kernel (never a copy of its own)."""
+    """One input computed from a tensor that exists before the flush, one a plain view:
+    the cat is guarded reads inside its consumer's kernel, the computed input recomputed
+    under its guard (rotate_half's ``-x2``): one kernel, nothing stored but the result."""
     xs = np.arange(24, dtype=np.float32).reshape(2, 12)
 
     def prog(x: braze.Tensor) -> braze.Tensor:
         return braze.cat([x[:, :6] * 2, x[:, 6:]], 1) + 1
 
     got, st = run(prog, xs)
-    assert st["kernel_launches"] == 2, st
+    assert st["kernel_launches"] == 1, st
     np.testing.assert_array_equal(got, reference(prog, xs, monkeypatch))
 
 
@@ -463,20 +464,28 @@ def test_a_value_read_through_a_reshape_of_its_expansion_is_recomputed_at_the_ri
 
 
 def test_a_node_its_producers_refuse_joins_a_sibling_group() -> None:
-    """Hugging Face's ``q * cos + rotate_half(q) * sin``: ``-x2`` has another shape than
-    ``q``, so its group refuses the cat; the cat then joins the group computing
-    ``q * cos`` (it loads q too) instead of opening a third kernel."""
+    """Hugging Face's ``q * cos + rotate_half(q) * sin`` with q made in the flush (a
+    matmul): ``-x2`` has another shape than ``q``, so its group refuses the cat; the cat
+    then joins the group computing ``q * cos`` (it loads q too) instead of opening a third
+    kernel. With q given (it exists before the flush), ``-x2`` is recomputed under the
+    cat's guard instead: one kernel."""
     rng = np.random.default_rng(5)
-    q = rng.standard_normal((2, 3, 8, 16)).astype(np.float32)
+    a = rng.standard_normal((2, 3, 8, 4)).astype(np.float32)
+    b = rng.standard_normal((4, 16)).astype(np.float32)
     ang = rng.standard_normal((8, 16)).astype(np.float32)
     cos, sin = np.cos(ang), np.sin(ang)
 
     def rope(x: braze.Tensor, c: braze.Tensor, s: braze.Tensor) -> braze.Tensor:
         return x * c + braze.cat((-x[..., 8:], x[..., :8]), dim=-1) * s
 
-    args = [braze.from_numpy(a) for a in (q, cos, sin)]
-    braze.reset_stats()
-    got = rope(*args).numpy()
-    assert braze.stats()["kernel_launches"] == 2  # -x2, then everything else
+    q = a @ b
     want = q * cos + np.concatenate([-q[..., 8:], q[..., :8]], -1) * sin
+    args = [braze.from_numpy(v) for v in (a, b, cos, sin)]
+    braze.reset_stats()
+    got = rope(args[0] @ args[1], args[2], args[3]).numpy()
+    assert braze.stats()["kernel_launches"] == 3  # the matmul, -x2, then everything else
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    braze.reset_stats()
+    got = rope(braze.from_numpy(q), args[2], args[3]).numpy()
+    assert braze.stats()["kernel_launches"] == 1
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

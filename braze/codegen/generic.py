@@ -158,8 +158,9 @@ def symbolize(k: ir.Kernel | ir.QLinear | ir.QRows | ir.TopK) -> Generic | None:
                          tuple(spelled(c, (arg, a, i), i if loops else None) for i, c in enumerate(a.coeffs)), divs)
 
     def load(e: ir.Load) -> ir.Load:  # a cat's or pad's range too: where its input lies
-        when = tuple((c, spelled(lo, (e.arg, e.index, c, "lo")), spelled(hi, (e.arg, e.index, c, "hi")))
-                     for c, lo, hi in e.when)
+        # (a value recomputed under a pad of a cat has two guards on one coordinate)
+        when = tuple((c, spelled(lo, (e.arg, e.index, c, "lo", j)), spelled(hi, (e.arg, e.index, c, "hi", j)))
+                     for j, (c, lo, hi) in enumerate(e.when))
         # a gather's terms: its index (loads, and the checked size) and the stride it picks along
         at = tuple((mapped(i), spelled(st, (e.arg, e.index, "at", j))) for j, (i, st) in enumerate(e.at))
         return replace(e, index=affine(e.index, e.arg), when=when, at=at)

@@ -42,7 +42,7 @@ class ReduceSpec:
 
 
 #: The reductions that lower; the scheduler treats their nodes as row folds.
-REDUCTIONS = frozenset({"sum", "prod", "mean", "amax", "amin", "any", "all"})
+REDUCTIONS = frozenset({"sum", "prod", "mean", "var", "amax", "amin", "any", "all"})
 #: The scans that lower (``ir.Scan``: a prefix fold along the row, ``post`` "scan").
 SCANS = frozenset({"cumsum"})
 
@@ -82,6 +82,8 @@ def _reduce(op: str) -> Lowering:
             return ReduceSpec(op, src if not src.is_half else dt.float32, "none")
         if op == "mean":
             return ReduceSpec("sum", dt.float64 if src is dt.float64 else dt.float32, "mean")
+        if op == "var":  # two folds: the mean, then the squares about it (fuse.Scheduler.reduce)
+            return ReduceSpec("sum", dt.float64 if src is dt.float64 else dt.float32, "var", attrs["correction"])
         if op in ("any", "all"):
             return ReduceSpec(op, dt.bool_, "none")
         return None
@@ -98,14 +100,24 @@ def _cumsum(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ReduceSpe
     return ReduceSpec("sum", acc, "scan")
 
 
-def _shifted(load: ir.Expr, shifts: dict[int, int], when: tuple[tuple[int, int, int], ...]) -> ir.Expr:
-    """An input's load seen from the output's coordinates: coordinate ``c`` of the output
-    is ``c - shift`` of the input, and the load is valid only inside ``when``."""
-    assert isinstance(load, ir.Load)
-    a = load.index
-    off = a.offset - sum(a.coeffs[c] * k for c, k in shifts.items())
-    divs = tuple((c, add - shifts.get(c, 0), d, m) for c, add, d, m in a.divs)
-    return ir.Load(load.arg, ir.Affine(off, a.coeffs, divs), load.dtype, when)
+def shifted(e: ir.Expr, shifts: dict[int, int], when: tuple[tuple[int, int, int], ...]) -> ir.Expr:
+    """An input seen from the output's coordinates: coordinate ``c`` of the output is
+    ``c - shift`` of the input, and each load is valid only inside ``when``. The input
+    is a load, or a value recomputed where it is read (``schedule/recompute.py``: ``-x2``
+    of rotate_half), whose every load and coordinate moves."""
+    def leaf(x: ir.Expr) -> ir.Expr:
+        if isinstance(x, ir.Coord) and shifts.get(x.dim):
+            return ir.Op("sub", (x, ir.Const(shifts[x.dim], x.dtype)), x.dtype)
+        if not isinstance(x, ir.Load):
+            assert isinstance(x, (ir.Const, ir.Coord)), x  # nothing else is recomputed
+            return x
+        a = x.index
+        off = a.offset - sum(a.coeffs[c] * k for c, k in shifts.items())
+        divs = tuple((c, add - shifts.get(c, 0), d, m) for c, add, d, m in a.divs)
+        moved = tuple((c, lo + shifts.get(c, 0), hi + shifts.get(c, 0)) for c, lo, hi in x.when)  # a cat's, under a pad
+        return ir.Load(x.arg, ir.Affine(off, a.coeffs, divs), x.dtype, moved + when,
+                       tuple((ir.mapped(i, leaf), st) for i, st in x.at))
+    return ir.mapped(e, leaf)
 
 
 def _in_range(coord: int, lo: int, hi: int) -> ir.Expr:
@@ -126,7 +138,7 @@ def _cat(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | No
     for a, shape in zip(args, attrs["in_shapes"]):
         n = shape[dim]
         if n:  # an empty input contributes nothing (and must never be read)
-            pieces.append((start, start + n, _shifted(a, {coord: start}, ((coord, start, start + n),))))
+            pieces.append((start, start + n, shifted(a, {coord: start}, ((coord, start, start + n),))))
         start += n
     if not pieces:  # every input is empty along dim: so is the output (never read)
         return ir.Const(0, out)
@@ -155,7 +167,7 @@ def _pad(args: list[ir.Expr], attrs: dict[str, Any], out: DType) -> ir.Expr | No
             continue
         shifts[c] = lo
         when.append((c, lo, lo + n))
-    load = _shifted(args[0], shifts, tuple(when))
+    load = shifted(args[0], shifts, tuple(when))
     cond = None
     for c, lo, hi in when:
         r = _in_range(c, lo, hi)

@@ -148,21 +148,42 @@ class Scheduler:
         the output is then complete for whatever reads it next."""
         dim = node.attrs["dim"]
         out = node.outputs[0]
-        groups: list[tuple[Group, Value]] = []
+        if all(self.key(o.storage) in self.created or self.producer.get(self.key(o.storage)) not in self.open
+               for o in node.inputs):
+            # views, and values recomputed where they are read (a causal mask and zeros:
+            # hstack; rotate_half's -x2 of a given x): read in the cat's consumer, nothing stored
+            return False
+        computed: list[tuple[Group, Value] | None] = []
         for o in node.inputs:
             g = self.producer.get(self.key(o.storage))
             v = g.values.get(self.key(o.storage)) if g is not None and g in self.open else None
-            if g is None or v is None or v.row or o.layout != Layout.contiguous(v.shape):
-                refuse(node, "an input is not computed element by element by an open group: "
+            if g in self.open and (v is None or v.row or _onto(o.layout, v) is None):
+                refuse(node, "an input is computed by an open group, but not element by element: "
                              "cat becomes guarded reads in its consumer instead of stores into slices")
                 return False
-            groups.append((g, v))
+            computed.append(None if g is None or v is None else (g, v))
+        # An input no open group computes (a view of a given tensor, a value of the index
+        # alone: partial rotary's pass-through half) is stored into its slice by a group that
+        # computes an input of its shape, which reads it there; only for a result Python
+        # holds (one a consumer reads is better read there, under guards: nothing stored).
+        groups: list[tuple[Group, Value]] = []
+        for o, gv in zip(node.inputs, computed):
+            if gv is None and self.key(out.storage) in self.live:
+                gv = next((c for c in computed if c is not None and _onto(Layout.contiguous(o.layout.shape), c[1])), None)
+            if gv is None:
+                refuse(node, "an input is not computed element by element by an open group, nor of the shape of one "
+                             "that is: cat becomes guarded reads in its consumer instead of stores into slices")
+                return False
+            groups.append(gv)
         k_out = self.key(out.storage)
         start = 0
-        for (g, v), o in zip(groups, node.inputs):
+        for j, ((g, v), o, gv) in enumerate(zip(groups, node.inputs, computed)):
             n = o.layout.shape[dim]
             target = out.layout.slice(dim, start, start + n, 1)
-            g.slices.append((k_out, affine(target, v.dims, g.ndim), v.expr))
+            dims = _onto(Layout.contiguous(o.layout.shape), v)
+            assert dims is not None
+            expr = v.expr if gv is not None else self.operand(g, o, dims, (i, j))
+            g.slices.append((k_out, affine(target, dims, g.ndim), expr))
             start += n
         self.materialized.add(k_out)
         for g, _ in groups:
@@ -361,15 +382,21 @@ class Scheduler:
             g = self.producer.get(self.key(o.storage))
             if g is not None and g in self.open and g not in producers:
                 producers.append(g)
-        best = self.best(node, producers)
+        # A group of values of the index alone (and element-wise work on given tensors) is
+        # read by recomputing them: it takes a node only when no other group does.
+        virtual = [g for g in producers if all(self.key(self.nodes[m].outputs[0].storage) in self.created
+                                               for m in g.members)]
+        best = self.best(node, [g for g in producers if g not in virtual])
         if best is None:
-            # Siblings: an open group that already loads one of this node's inputs can
-            # read it once for both (mean and mean of squares of the same x), also when
-            # the groups that compute its other inputs refuse it (x * cos + cat((-x2, x1))
-            # * sin: the group computing -x2 has another shape, the one computing x * cos
-            # loads x too).
+            # Siblings: an open group that already loads (or recomputes) one of this node's
+            # inputs can read it once for both (mean and mean of squares of the same x), also
+            # when the groups that compute its other inputs refuse it (x * cos + cat((-x2,
+            # x1)) * sin: the group computing -x2 has another shape, the one computing x * cos
+            # loads x too; a mask's sum beside the masked sum in mean pooling).
             best = self.best(node, [g for g in self.open if g not in producers and any(
-                self.key(o.storage) in g.loaded for o in node.inputs)])
+                self.key(o.storage) in g.loaded or self.key(o.storage) in g.recomputed for o in node.inputs)])
+        if best is None:
+            best = self.best(node, virtual)
         if best is not None:
             return self.add(best[1], i, node)
         g = self.new_group(node, reduce=node.op.name in REDUCTIONS or node.op.name in SCANS)
@@ -401,9 +428,13 @@ class Scheduler:
             src = node.inputs[0].layout.shape
             dims = self.folded(node)
             kept = [d for d in range(len(src)) if d not in dims]
-            if src != g.elem_shape or tuple(kept) + tuple(dims) != tuple(
-                    sorted(range(len(src)), key=lambda d: g.elem_map[d])):
-                return None
+            # a reduction of an input broadcast along kept dims (a mask's (B, S, 1) summed
+            # over S in a group over (B, S, D)) is the same fold in every row it broadcasts to
+            same = src == g.elem_shape or node.op.name in REDUCTIONS and len(src) == len(g.elem_shape) and all(
+                a == b or a == 1 and d not in dims for d, (a, b) in enumerate(zip(src, g.elem_shape)))
+            if not same or tuple(kept) + tuple(dims) != tuple(
+                    sorted(range(len(src)), key=lambda d: g.elem_map[d])) and not g.reorderable():
+                return None  # (an element-wise group is reordered for it: ``add``)
             if len(kept) != len(g.outer) and (g.stages or g.row_shapes):
                 return None  # rows are fixed once the group has reduced something
             return "reduce" if node.op.name in REDUCTIONS else "scan", g.elem_map
@@ -527,16 +558,24 @@ class Scheduler:
         node = self.nodes[ref[0]]
         layout, dim_map = self.view(node, ref[1], dim_map)
         made = self.created.get(k)
-        if made is None or node.op.name in ("cat", "pad") or node.op.name in GATHERS and ref[1] == 0:
-            # cat and pad shift and guard their loads; a gather adds its index to its source's
+        if made is None or node.op.name in GATHERS and ref[1] == 0:
+            # a gather adds its index to its source's (cat and pad shift and guard what they read)
             return self.load_at(g, o.storage, affine(layout, dim_map, g.ndim), ref)
         # A value of the index alone (a causal mask from two aranges), or a copy of a
         # view: recomputed (read through) where it is read, so it never needs a buffer
         # or a kernel of its own.
-        expr = made(affine(layout, dim_map, g.ndim), g.outer + g.inner, self.loader(g))
+        extents = list(g.outer + g.inner)
+        if node.op.name in ("cat", "pad"):
+            # computed over the input's own range of each coordinate (rotate_half's -x2):
+            # the lowering shifts it to where it lies in the output, under its guard
+            for n, c in zip(layout.shape, dim_map):
+                if c is not None and n != 1:
+                    extents[c] = n
+        expr = made(affine(layout, dim_map, g.ndim), extents, self.loader(g))
         if expr is None:
             return self.load_at(g, o.storage, affine(layout, dim_map, g.ndim), ref)
         self.readers[k].discard(ref[0])
+        g.recomputed.add(k)
         return expr
 
     def loader(self, g: Group) -> recompute.LoadAt:
@@ -593,6 +632,12 @@ class Scheduler:
         return ir.Load(arg, index, storage.dtype)
 
     def add(self, g: Group, i: int, node: Any) -> bool:
+        if node.op.name in REDUCTIONS or node.op.name in SCANS:
+            dims = self.folded(node)
+            order = [g.elem_map[d] for d in range(len(g.elem_shape)) if d not in dims] + \
+                [g.elem_map[d] for d in dims]
+            if order != sorted(order):  # a reduction over a middle dim of element-wise work
+                g.reorder(order)
         sp = self.space(g, node)
         assert sp is not None
         kind, dim_map = sp
@@ -636,12 +681,23 @@ class Scheduler:
             n_kept = len(g.elem_shape) - len(self.folded(node))
             coords = g.outer + g.inner
             g.outer, g.inner = coords[:n_kept], coords[n_kept:]
+        n = prod(g.inner)
+        if spec.post == "var":
+            # Two passes, as the reference computes it (no single-pass sum of squares, which
+            # cancels): the row's mean, then the sum of squared deviations from it.
+            g.stages.append(ir.Reduce("sum", arg, spec.acc))
+            mean = ir.Op("div", (ir.Acc(len(g.stages) - 1, spec.acc), ir.Const(n, spec.acc)), spec.acc)
+            x = arg if arg.dtype is spec.acc else ir.Op("cast", (arg,), spec.acc)
+            dev = ir.Op("sub", (x, mean), spec.acc)
+            arg = ir.Op("mul", (dev, dev), spec.acc)
         g.stages.append(ir.Scan(spec.op, arg, spec.acc) if spec.post == "scan" else ir.Reduce(spec.op, arg, spec.acc))
         acc: ir.Expr = ir.Acc(len(g.stages) - 1, spec.acc)
         out = node.outputs[0].storage.dtype
-        if spec.post == "mean":
-            n = prod(g.inner)
-            acc = ir.Op("div", (acc, ir.Const(n, spec.acc)), spec.acc)
+        if spec.post in ("mean", "var"):
+            # var divides by max(n - correction, 0): 0 gives inf or nan, as in the reference
+            d = n if spec.post == "mean" else max(n - spec.correction, 0)
+            d = int(d) if float(d).is_integer() else d  # an int count can be a generic size
+            acc = ir.Op("div", (acc, ir.Const(d, spec.acc)), spec.acc)
         if acc.dtype is not out:
             acc = ir.Op("cast", (acc,), out)
         return acc
@@ -692,6 +748,17 @@ class Scheduler:
                 refuse(self.nodes[step.nodes[0]], f"not a quantized matmul's epilogue: {folded}")
             folded = step
         self.steps.append(folded)
+
+
+def _onto(layout: Layout, v: Value) -> tuple[int | None, ...] | None:
+    """The group coordinate of each dim of ``layout`` where it is ``v``'s contiguous
+    layout up to dims of size 1 (a stack's ``unsqueeze``), else None."""
+    def squeezed(lay: Layout) -> tuple[tuple[int, int], ...]:
+        return tuple((n, st) for n, st in zip(lay.shape, lay.strides) if n != 1)
+    if squeezed(layout) != squeezed(Layout.contiguous(v.shape)) or layout.offset:
+        return None
+    coords = iter(c for n, c in zip(v.shape, v.dims) if n != 1)
+    return tuple(next(coords) if n != 1 else None for n in layout.shape)
 
 
 def schedule(nodes: Sequence[Any], key_of: dict[int, Key], live: set[Key], library: bool = True) -> Schedule:

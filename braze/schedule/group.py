@@ -58,6 +58,7 @@ class Group:
     #: bound) is then a placeholder, added to the argument's pointer at run time
     loads: dict[Any, int] = field(default_factory=dict)
     loaded: set[Key] = field(default_factory=set)  # storages read from memory
+    recomputed: set[Key] = field(default_factory=set)  # values recomputed where read (schedule/recompute.py)
     refs: dict[int, tuple[int, int]] = field(default_factory=dict)  # argument -> (node, input)
     deps: set[int] = field(default_factory=set)
     slices: list[tuple[Key, ir.Affine, ir.Expr]] = field(default_factory=list)  # cat: writes into slices
@@ -67,6 +68,25 @@ class Group:
     def ndim(self) -> int:
         return len(self.outer) + len(self.inner)
 
+    def reorderable(self) -> bool:
+        """Only element-wise work so far: its loop order is free (no row is fixed yet)."""
+        return not (self.stages or self.row_shapes or self.slices or self.contract is not None)
+
+    def reorder(self, order: Sequence[int]) -> None:
+        """Renumber the coordinates of an element-wise group so that coordinate
+        ``order[k]`` becomes ``k``: what a reduction over a middle dim needs (its kept
+        dims outer, its folded dims inner). The values are the same element for element."""
+        assert self.reorderable()
+        new = {c: k for k, c in enumerate(order)}
+        extents = self.outer + self.inner
+        moved = tuple(extents[c] for c in order)
+        split = len(self.outer)  # the reduction sets its own split; until then, the same number of rows
+        self.outer, self.inner = moved[:split], moved[split:]
+        self.elem_map = tuple(new[c] for c in self.elem_map)
+        for key, v in self.values.items():
+            self.values[key] = Value(ir.mapped(v.expr, lambda e: recoordinated(e, new)), reindexed(v.index, new),
+                                     v.row, v.shape, tuple(None if c is None else new[c] for c in v.dims))
+
 
 def affine(layout: Layout, dim_map: Sequence[int | None], ndim: int) -> ir.Affine:
     """A node operand's layout as an affine index over group coordinates."""
@@ -75,3 +95,22 @@ def affine(layout: Layout, dim_map: Sequence[int | None], ndim: int) -> ir.Affin
         if size != 1 and c is not None:
             coeffs[c] += stride
     return ir.Affine(layout.offset, tuple(coeffs))
+
+
+def reindexed(a: ir.Affine, new: dict[int, int]) -> ir.Affine:
+    """``a`` over coordinates renumbered by ``new`` (old -> new)."""
+    coeffs = [0] * len(a.coeffs)
+    for c, m in enumerate(a.coeffs):
+        coeffs[new[c]] = m
+    return ir.Affine(a.offset, tuple(coeffs), tuple((new[c], add, d, m) for c, add, d, m in a.divs))
+
+
+def recoordinated(e: ir.Expr, new: dict[int, int]) -> ir.Expr:
+    """A leaf of an expression over coordinates renumbered by ``new``."""
+    if isinstance(e, ir.Coord):
+        return ir.Coord(new[e.dim], e.dtype)
+    if isinstance(e, ir.Load):
+        return ir.Load(e.arg, reindexed(e.index, new), e.dtype, tuple((new[c], lo, hi) for c, lo, hi in e.when),
+                       tuple((ir.mapped(i, lambda x: recoordinated(x, new)), st) for i, st in e.at))
+    assert not isinstance(e, ir.Dot)  # only chains (never reordered) compute dots
+    return e

@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 from .. import dtypes as dt
 from .. import ir
 from ..layout import Layout
-from ..ops.lowering import GATHERS, REDUCTIONS, SCANS, arange_value
+from ..ops.lowering import GATHERS, REDUCTIONS, SCANS, arange_value, shifted
 
 Key = int
 #: (storage, index, (node, input)) -> a load, or None where the reading group computes that storage itself
@@ -214,6 +214,20 @@ def find(nodes: Sequence[Any], key: Callable[[Any], Key]) -> dict[Key, Recompute
             out[k], size[k] = _full(node.attrs["value"], dtype), 1
         elif node.op.name == "arange":
             out[k], size[k] = _arange(node.attrs, dtype), 3
+        elif node.op.name == "index_select" and node.inputs[0].layout.shape \
+                and key(node.inputs[0].storage) not in written and not node.inputs[0].storage.dtype.is_block \
+                and (key(node.inputs[1].storage) in out or _unwritten(node.inputs[1], written, key)):
+            # rows of a table at ids made in the flush (an arange of positions, zeros of
+            # token types) or given: read through where they are read, as a copy is (the
+            # table may be made in the flush: ``v[:, [-1]]`` of topk's values)
+            ix = key(node.inputs[1].storage)
+            out[k], size[k] = _gathered(n, node, shape, out.get(ix)), 2 + size.get(ix, 0)
+        elif node.op.name == "cat" and all(key(i.storage) in out or key(i.storage) not in written
+                                           and i.storage.array is not None for i in node.inputs):
+            ins = [key(i.storage) for i in node.inputs]
+            n_ops = 1 + max(size.get(i, 0) for i in ins)  # each element is one piece's
+            if n_ops <= MAX_OPS:
+                out[k], size[k] = _cat(n, node, shape, [out.get(i) for i in ins]), n_ops
         elif node.op.lower is not None and node.op.name not in _NOT_POINTWISE and node.inputs:
             ins = [key(i.storage) for i in node.inputs]
             # A copy costs one load wherever it is read, so it is read through even when its
@@ -226,6 +240,11 @@ def find(nodes: Sequence[Any], key: Callable[[Any], Key]) -> dict[Key, Recompute
                 continue
             out[k], size[k] = _pointwise(n, node, shape, dtype, [out.get(i) for i in ins]), n_ops
     return out
+
+
+def _unwritten(o: Any, written: set[Key], key: Callable[[Any], Key]) -> bool:
+    """Does operand ``o`` exist before the flush, and nothing in it write it in place?"""
+    return o.storage.array is not None and key(o.storage) not in written and not o.storage.dtype.is_block
 
 
 def _full(value: Any, dtype: dt.DType) -> Recompute:
@@ -255,6 +274,44 @@ def _pointwise(n: int, node: Any, shape: tuple[int, ...], dtype: dt.DType, input
             args.append(arg)
         res = node.op.lower(args, {**node.attrs, "coords": tuple(range(len(shape))), "at": dims, "in_shapes": []}, dtype)
         return res if isinstance(res, (ir.Load, ir.Const, ir.Coord, ir.Op)) else None
+    return value
+
+
+def _cat(n: int, node: Any, shape: tuple[int, ...], inputs: list[Recompute | None]) -> Recompute:
+    """A cat of recomputable values (``cat((freqs, freqs))`` of rotary tables, a mask
+    hstacked to zeros): where the reader's coordinate ``c`` is position ``k0 + c`` along
+    the cat's dim, input k is computed over its own range of ``c`` and shifted to where
+    it lies, each of its loads guarded to that range, and the pieces picked by ``c``."""
+    d = node.attrs["dim"]
+
+    def value(index: ir.Affine, extents: Sequence[int], load_at: LoadAt) -> ir.Expr | None:
+        dims = dims_at(shape, index, extents) if prod(shape) else None
+        lin = None if dims is None else _linear(dims[d])
+        if dims is None or lin is None or lin[2] or len(lin[1]) != 1 or 1 not in lin[1].values():
+            return None  # (a cat read at a fixed position, or strided along its dim: not this way)
+        (c, _), k0 = next(iter(lin[1].items())), lin[0]
+        if any(isinstance(x, ir.Coord) and x.dim == c for j, e in enumerate(dims) if j != d for x in ir.walk(e)):
+            return None
+        pieces: list[tuple[int, ir.Expr]] = []
+        start = 0
+        for j, (o, rec) in enumerate(zip(node.inputs, inputs)):
+            size, shift = o.layout.shape[d], start - k0
+            start += size
+            if not size or shift >= extents[c] or shift + size <= 0:
+                continue  # empty, or outside the range the reader reads
+            at = _compose(o.layout, dims[:d] + [ir.Coord(c, dt.int64)] + dims[d + 1:], len(index.coeffs))
+            own = [*extents[:c], size, *extents[c + 1:]]
+            arg = None if at is None else rec(at, own, load_at) if rec is not None else load_at(o.storage, at, (n, j))
+            if arg is None:
+                return None
+            pieces.append((shift + size, shifted(arg, {c: shift}, ((c, shift, shift + size),))))
+        if not pieces:
+            return None
+        out = pieces[-1][1]
+        for hi, e in reversed(pieces[:-1]):
+            lt = ir.Op("lt", (ir.Coord(c, dt.int64), ir.Const(hi, dt.int64)), dt.bool_)
+            out = ir.Op("where", (lt, e, out), out.dtype)
+        return out
     return value
 
 
@@ -291,12 +348,13 @@ def _gathers_in_place(n: int, node: Any, key: Callable[[Any], Key], writes: dict
     return not any(n < w <= end for s in (x, ix) for w in writes.get(key(s.storage), ()))
 
 
-def _gathered(n: int, node: Any, shape: tuple[int, ...]) -> Recompute:
+def _gathered(n: int, node: Any, shape: tuple[int, ...], ids: Recompute | None = None) -> Recompute:
     """An ``index_select`` read through: the source at the reader's coordinates, its
     dim ``d`` at the index's value there (``ir.Load.at``, checked as the gather's own
     lowering checks it). ``kp.view(blocks, bs, h, d)[table].reshape(b, nb * bs, h, d)``
     read at key ``j`` of batch ``b`` is pool block ``table[b, j // bs]``, row ``j % bs``:
-    attention through a block table with no gathered copy of the keys."""
+    attention through a block table with no gathered copy of the keys. The index is
+    loaded, or recomputed (``ids``: position ids from an arange)."""
     (x, ix), d = node.inputs, node.attrs["dim"]
     m = ix.layout.ndim
 
@@ -309,7 +367,7 @@ def _gathered(n: int, node: Any, shape: tuple[int, ...]) -> Recompute:
         xa = _compose(x.layout, dims[:d] + [ir.Const(0, dt.int64)] + dims[d + m:], ndim)
         if at is None or xa is None:
             return None
-        i = load_at(ix.storage, at, (n, 1))
+        i = load_at(ix.storage, at, (n, 1)) if ids is None else ids(at, extents, load_at)
         src = load_at(x.storage, xa, (n, 0))
         if i is None or src is None or src.at or src.when:
             return None

@@ -117,23 +117,13 @@ def draw(case: Idiom, seed: int) -> list[Any]:
 # known limitation of the scheduler: each case that uses one is a strict xfail.
 PENDING_CUMSUM = "pending: cumsum rows as a kernel (issue 15 part 3: extern step today)"
 PENDING_GATHER = "pending: gather / take_along_dim as index expressions (issue 15 part 3: extern step today)"
-PENDING_INDEX_SELECT = ("an index_select (embedding) whose ids are made in the same flush (an arange, zeros): the ids' "
-                        "group has another iteration space, so the gather is a kernel of its own (ids that exist "
-                        "before the flush are one kernel: issue 15 part 3)")
 PENDING_INT_CAST = "pending: float -> integer casts as kernels (issue 15 part 3: extern step today)"
 PENDING_TOPK = "pending: topk of small k as a kernel (issue 15 part 3: extern step today)"
 PENDING_REPEAT_KV = "pending: repeat_kv (expand + reshape merging a broadcast dim) as an index expression (issue 15 part 3)"
-NO_VAR_LOWERING = ("var/std have no lowering (ReduceSpec's post 'var' is declared but never built): "
-                   "an extern step between two kernels")
-ROTATE_HALF = ("cat((-x2, x1)) with a computed half (rotate_half): -x2 is stored by a kernel of its own and read back "
-               "under the cat's range guard; recomputing it inside the guarded read was tried and changed a padded "
-               "prefill's logits under generic kernels (tests/test_capture.py), so it is not done")
 CAT_OF_COMPUTED = ("a cat of values computed in the flush is stored slice by slice by the groups that compute them "
                    "(one kernel per input's shape), then read back by its consumer")
 STACK_PAIRS = ("stack of the rotated pairs along a new last dim of size 2: the pieces are stored by their own "
                "groups and the stack reads them back (they are not stores into slices of one kernel)")
-MIDDLE_DIM_REDUCTION = ("a reduction over a middle dim (dim 1 of (B, S, D)) cannot join the group of its element-wise "
-                        "producer, whose loops run (B, S) x D: the product is stored, then summed by a second kernel")
 NO_GROUP_MERGE = ("two groups with the same rows that share no input (fusion score 0) are never merged: the reductions "
                   "of the second input open a group of their own, and the node reading both joins only one")
 RESHAPED_ELEMENTWISE = ("an element-wise op on a reshaped view of a value ((16, 128) seen as (2, 8, 128), F.linear's "

@@ -13,7 +13,7 @@ import braze
 import braze.nn.functional as F
 
 from . import npref as R
-from .corpus import CAT_OF_COMPUTED, PENDING_REPEAT_KV, STACK_PAIRS, idiom, randint, randn
+from .corpus import PENDING_REPEAT_KV, idiom, randint, randn
 
 B, S, H, KVH, HD = 2, 6, 4, 2, 8
 DIM = H * HD
@@ -62,7 +62,7 @@ def _freqs_cs():
 
 
 @idiom(randn(B, S, H, HD), randn(B, S, KVH, HD), kernels=2,
-       oracle=lambda q, k: (R.rope_interleaved(q, 1), R.rope_interleaved(k, 1)), bug=STACK_PAIRS)
+       oracle=lambda q, k: (R.rope_interleaved(q, 1), R.rope_interleaved(k, 1)))
 def apply_rotary_emb_to_q_and_k(xq, xk):  # two shapes (KV heads): two kernels
     return _rot(xq).type_as(xq), _rot(xk).type_as(xk)
 
@@ -89,8 +89,7 @@ def attention_with_repeat_kv_and_mask(xq, keys, values):
 
 
 @idiom(4, kernels=1,
-       oracle=lambda p: np.hstack([np.zeros((S, p)), np.triu(np.full((S, S), -np.inf), 1)]).astype(np.float32),
-       bug=CAT_OF_COMPUTED)
+       oracle=lambda p: np.hstack([np.zeros((S, p)), np.triu(np.full((S, S), -np.inf), 1)]).astype(np.float32))
 def causal_mask_with_hstack_for_cache(start_pos):
     mask = braze.full((S, S), float("-inf"))
     mask = braze.triu(mask, diagonal=1)

@@ -9,7 +9,7 @@ import braze
 import braze.nn.functional as F
 
 from . import npref as R
-from .corpus import ASSIGN_INTO_PENDING, NO_VAR_LOWERING, idiom, randn
+from .corpus import ASSIGN_INTO_PENDING, idiom, randn
 
 X = randn(6, 10, 64)
 W = randn(64)
@@ -28,7 +28,7 @@ def layer_norm_written_out(x, w, b):
     return (x - mean) / braze.sqrt(var + 1e-5) * w + b
 
 
-@idiom(X, W, B, kernels=1, oracle=lambda x, w, b: R.layer_norm(x, w, b), bug=NO_VAR_LOWERING)
+@idiom(X, W, B, kernels=1, oracle=lambda x, w, b: R.layer_norm(x, w, b))
 def layer_norm_with_var_unbiased_false(x, w, b):
     mean = x.mean(dim=-1, keepdim=True)
     var = x.var(dim=-1, keepdim=True, unbiased=False)
@@ -40,8 +40,7 @@ def layer_norm_without_bias_nanogpt(x, w):
     return F.layer_norm(x, w, None, 1e-5)
 
 
-@idiom(X, W, B, kernels=1, oracle=lambda x, w, b: R.f64(w) * (R.f64(x) - R.f64(x).mean(-1, keepdims=True)) / (R.f64(x).std(-1, ddof=1, keepdims=True) + 1e-6) + R.f64(b),
-       bug=NO_VAR_LOWERING)
+@idiom(X, W, B, kernels=1, oracle=lambda x, w, b: R.f64(w) * (R.f64(x) - R.f64(x).mean(-1, keepdims=True)) / (R.f64(x).std(-1, ddof=1, keepdims=True) + 1e-6) + R.f64(b))
 def standardise_with_std_annotated_transformer(x, w, b):
     mean = x.mean(-1, keepdim=True)
     std = x.std(-1, keepdim=True)

@@ -9,7 +9,7 @@ import braze
 import braze.nn.functional as F
 
 from . import npref as R
-from .corpus import MASKED_WRITE, MIDDLE_DIM_REDUCTION, NO_GROUP_MERGE, idiom, padding_mask, randn
+from .corpus import MASKED_WRITE, NO_GROUP_MERGE, idiom, padding_mask, randn
 
 B, S, D = 3, 10, 32
 TOK = randn(B, S, D)
@@ -21,7 +21,7 @@ def _mean_np(x, m):
     return (R.f64(x) * m).sum(1) / np.maximum(m.sum(1), 1e-9)
 
 
-@idiom(TOK, MASK, kernels=1, oracle=_mean_np, bug=MIDDLE_DIM_REDUCTION)
+@idiom(TOK, MASK, kernels=1, oracle=_mean_np)
 def mean_pooling(token_embeddings, attention_mask):
     input_mask_expanded = attention_mask.unsqueeze(-1).expand(token_embeddings.size()).float()
     sum_embeddings = braze.sum(token_embeddings * input_mask_expanded, 1)
@@ -29,13 +29,13 @@ def mean_pooling(token_embeddings, attention_mask):
     return sum_embeddings / sum_mask
 
 
-@idiom(TOK, MASK, kernels=1, oracle=_mean_np, bug=MIDDLE_DIM_REDUCTION)
+@idiom(TOK, MASK, kernels=1, oracle=_mean_np)
 def mean_pooling_with_lengths(token_embeddings, attention_mask):
     m = attention_mask[..., None].to(token_embeddings.dtype)
     return (token_embeddings * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
 
 
-@idiom(TOK, MASK, kernels=2, oracle=lambda x, m: R.l2_normalize(_mean_np(x, m), -1), bug=MIDDLE_DIM_REDUCTION)
+@idiom(TOK, MASK, kernels=2, oracle=lambda x, m: R.l2_normalize(_mean_np(x, m), -1))
 def mean_pooling_then_normalize(token_embeddings, attention_mask):
     m = attention_mask.unsqueeze(-1).float()
     emb = (token_embeddings * m).sum(1) / m.sum(1).clamp(min=1e-9)
@@ -75,8 +75,7 @@ def last_token_pooling_right_padded(token_embeddings, attention_mask):
 
 
 @idiom(TOK, MASK, kernels=1,
-       oracle=lambda x, m: (R.f64(x) * (m * np.arange(1, S + 1))[:, :, None]).sum(1) / (m * np.arange(1, S + 1)).sum(1)[:, None],
-       bug=MIDDLE_DIM_REDUCTION)
+       oracle=lambda x, m: (R.f64(x) * (m * np.arange(1, S + 1))[:, :, None]).sum(1) / (m * np.arange(1, S + 1)).sum(1)[:, None])
 def weighted_mean_pooling_by_position(token_embeddings, attention_mask):  # SGPT
     weights = braze.arange(1, S + 1).float()[None, :, None].expand(token_embeddings.shape)
     m = attention_mask.unsqueeze(-1).expand(token_embeddings.shape).float()
@@ -84,8 +83,7 @@ def weighted_mean_pooling_by_position(token_embeddings, attention_mask):  # SGPT
     return (token_embeddings * w).sum(1) / w.sum(1)
 
 
-@idiom(TOK, MASK, kernels=1, oracle=lambda x, m: (R.f64(x) * m[:, :, None]).sum(1) / np.sqrt(m.sum(1))[:, None],
-       bug=MIDDLE_DIM_REDUCTION)
+@idiom(TOK, MASK, kernels=1, oracle=lambda x, m: (R.f64(x) * m[:, :, None]).sum(1) / np.sqrt(m.sum(1))[:, None])
 def mean_sqrt_len_pooling(token_embeddings, attention_mask):
     m = attention_mask.unsqueeze(-1).float()
     return (token_embeddings * m).sum(1) / braze.sqrt(m.sum(1))

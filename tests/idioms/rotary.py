@@ -9,7 +9,7 @@ import numpy as np
 import braze
 
 from . import npref as R
-from .corpus import CAT_OF_COMPUTED, PENDING_INDEX_SELECT, ROTATE_HALF, STACK_PAIRS, idiom, randint, randn, value
+from .corpus import CAT_OF_COMPUTED, STACK_PAIRS, idiom, randint, randn, value
 
 B, H, S, D = 2, 4, 8, 16
 COS, SIN = (t.astype(np.float32) for t in R.rope_tables(S, D))
@@ -25,25 +25,25 @@ def rotate_half(x):
     return braze.cat((-x2, x1), dim=-1)
 
 
-@idiom(randn(B, H, S, D), value(COS), value(SIN), kernels=1, oracle=_rope_np, bug=ROTATE_HALF)
+@idiom(randn(B, H, S, D), value(COS), value(SIN), kernels=1, oracle=_rope_np)
 def rope_rotate_half(x, cos, sin):
     return x * cos + rotate_half(x) * sin
 
 
 @idiom(randn(B, H, S, D), randn(B, 2, S, D), value(COS), value(SIN), kernels=2,
-       oracle=lambda q, k, c, s: (_rope_np(q), _rope_np(k)), bug=ROTATE_HALF)
+       oracle=lambda q, k, c, s: (_rope_np(q), _rope_np(k)))
 def rope_apply_to_q_and_k_unsqueeze_dim(q, k, cos, sin):  # HF apply_rotary_pos_emb; q and k: two shapes
     cos, sin = cos[None].unsqueeze(1), sin[None].unsqueeze(1)
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
-@idiom(randn(B, H, S, D), value(COS), value(SIN), kernels=1, oracle=_rope_np, bug=ROTATE_HALF)
+@idiom(randn(B, H, S, D), value(COS), value(SIN), kernels=1, oracle=_rope_np)
 def rope_rotate_half_with_chunk(x, cos, sin):
     x1, x2 = x.chunk(2, dim=-1)
     return x * cos + braze.cat([-x2, x1], -1) * sin
 
 
-@idiom(randn(B, S, H, D), kernels=1, oracle=lambda x: R.rope_interleaved(x, 1), bug=STACK_PAIRS)
+@idiom(randn(B, S, H, D), kernels=1, oracle=lambda x: R.rope_interleaved(x, 1))
 def rope_interleaved_pairs_llama_reference(x):  # (B, S, H, D): xq_.view(..., D/2, 2) as (re, im)
     inv = 1.0 / (10000.0 ** (braze.arange(0, D, 2).float() / D))
     freqs = braze.outer(braze.arange(S).float(), inv)  # (S, D/2)
@@ -65,7 +65,7 @@ def rope_interleaved_gptj_rotate_every_two(x):
     return x * cos + rotated * sin
 
 
-@idiom(kernels=1, oracle=lambda: (COS, SIN), bug=CAT_OF_COMPUTED)
+@idiom(kernels=1, oracle=lambda: (COS, SIN))
 def rope_tables_from_inv_freq(cos_only=None):  # HF LlamaRotaryEmbedding: outer product, cat, cos/sin
     inv_freq = 1.0 / (10000 ** (braze.arange(0, D, 2, dtype=braze.int64).float() / D))
     t = braze.arange(S).float()
@@ -86,8 +86,7 @@ def rope_tables_from_position_ids_matmul(position_ids):  # HF: inv_freq[None, :,
 
 
 @idiom(randn(B, H, S, D), value(COS), value(SIN), randint(0, S, B, S), kernels=1,
-       oracle=lambda x, c, s, p: R.f64(x) * c[p][:, None] + R.rotate_half(x) * s[p][:, None],
-       pending=PENDING_INDEX_SELECT)
+       oracle=lambda x, c, s, p: R.f64(x) * c[p][:, None] + R.rotate_half(x) * s[p][:, None])
 def rope_tables_indexed_by_position_ids(x, cos, sin, position_ids):  # cos[position_ids].unsqueeze(1)
     c = cos[position_ids].unsqueeze(1)
     s = sin[position_ids].unsqueeze(1)
@@ -96,7 +95,7 @@ def rope_tables_indexed_by_position_ids(x, cos, sin, position_ids):  # cos[posit
 
 @idiom(randn(B, H, S, D), kernels=1,
        oracle=lambda x: np.concatenate([_rope_np(x[..., :8], *(t.astype(np.float32) for t in R.rope_tables(S, 8))),
-                                        x[..., 8:]], -1), bug=ROTATE_HALF)
+                                        x[..., 8:]], -1))
 def partial_rotary_neox(x):  # rotary_pct = 0.5: rotate the first half of each head, pass the rest
     rot, keep = x[..., :8], x[..., 8:]
     inv = 1.0 / (10000 ** (braze.arange(0, 8, 2).float() / 8))
@@ -107,21 +106,20 @@ def partial_rotary_neox(x):  # rotary_pct = 0.5: rotate the first half of each h
 
 
 @idiom(randn(B, H, 1, D), value(COS), value(SIN), 5, kernels=1,
-       oracle=lambda x, c, s, p: _rope_np(x, c[p:p + 1], s[p:p + 1]), bug=ROTATE_HALF)
+       oracle=lambda x, c, s, p: _rope_np(x, c[p:p + 1], s[p:p + 1]))
 def rope_one_decoding_position_sliced(x, cos, sin, pos):  # tables sliced at the position
     return x * cos[pos:pos + 1] + rotate_half(x) * sin[pos:pos + 1]
 
 
 @idiom(randn(B, H, S, D, dtype=np.float16), value(COS), value(SIN), kernels=1,
-       oracle=lambda x, c, s: _rope_np(x.astype(np.float32), c, s).astype(np.float16), rtol=2e-3, atol=2e-3,
-       bug=ROTATE_HALF)
+       oracle=lambda x, c, s: _rope_np(x.astype(np.float32), c, s).astype(np.float16), rtol=2e-3, atol=2e-3)
 def rope_half_precision_tables_cast(x, cos, sin):  # cos.to(dtype) as HF does before applying
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return x * cos + rotate_half(x) * sin
 
 
 @idiom(randn(B, S, H, D), value(COS), value(SIN), kernels=1,
-       oracle=lambda x, c, s: _rope_np(x.transpose(0, 2, 1, 3), c, s), bug=ROTATE_HALF)
+       oracle=lambda x, c, s: _rope_np(x.transpose(0, 2, 1, 3), c, s))
 def rope_after_head_transpose(x, cos, sin):  # (B, S, H, D) -> (B, H, S, D), then rotate
     x = x.transpose(1, 2)
     return x * cos + rotate_half(x) * sin

@@ -11,7 +11,7 @@ import braze
 import braze.nn.functional as F
 
 from . import npref as R
-from .corpus import NO_GROUP_MERGE, PENDING_CUMSUM, idiom, randint, randn
+from .corpus import PENDING_CUMSUM, idiom, randint, randn
 
 B, V = 4, 64
 LOGITS = randn(B, V, scale=3.0)
@@ -86,8 +86,7 @@ def _seen_np(ids):
 
 
 @idiom(LOGITS, IDS, kernels=1,
-       oracle=lambda x, ids: np.where(_seen_np(ids), np.where(x < 0, x * 1.3, x / 1.3), x).astype(np.float32),
-       bug=NO_GROUP_MERGE)
+       oracle=lambda x, ids: np.where(_seen_np(ids), np.where(x < 0, x * 1.3, x / 1.3), x).astype(np.float32))
 def repetition_penalty_from_presence_mask(scores, input_ids):
     seen = (input_ids[:, :, None] == braze.arange(V)).any(dim=1)
     penalised = braze.where(scores < 0, scores * 1.3, scores / 1.3)
