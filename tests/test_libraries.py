@@ -69,6 +69,7 @@ def test_a_missing_library_is_built_with_the_units_and_loaded_before_them(monkey
     monkeypatch.setenv("BRAZE_RUNTIME_DIR", str(runtime))
     monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(libraries, "_loaded", set())
+    monkeypatch.setattr(cpu, "_loaded", {})  # as a new process: no library loaded by an earlier test
     module = (module_source([_QKERNEL]), ["k"])
     (lib,) = units.compile_units([module])
     assert lib is not None and [p.suffix for p in runtime.glob("*.so")] == [".so"]  # built there, once
