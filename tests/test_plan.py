@@ -242,8 +242,8 @@ def test_plan_cap_evicts_the_program_used_least_recently(monkeypatch: Any, capfd
 
 
 def test_an_evicted_jit_plan_is_found_again(monkeypatch: Any) -> None:
-    """A jit function's kept form runs through trie nodes an eviction cut: it is not
-    restored onto them (which would miss every call) but taken anew."""
+    """A jit function whose plan was evicted is planned again once, then found in the
+    trie on every later call (a hit), not planned each call."""
     monkeypatch.setenv("BRAZE_PLAN_CAP", "1")
     x = _randn(4, 4)
 
