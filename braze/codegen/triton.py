@@ -39,7 +39,7 @@ from typing import Any, Callable
 from .. import dtypes as dt
 from .. import ir
 from ..dtypes import DType
-from .loops import Temporaries, is_float_minmax, passes
+from .loops import Temporaries, collapsed, is_float_minmax, passes
 
 #: lanes of a row walked at once, at most (a power of two, as ``tl.arange`` needs)
 MAX_BLOCK = 1024
@@ -419,6 +419,9 @@ def kernel_source(k: Any, name: str) -> Rendered:
             raise NotRendered("a scatter at data-dependent rows")
     for d, _ in k.args:
         vtype(d)
+    k = collapsed(k)
+    if all(isinstance(s, ir.Store) for s in k.stages):
+        return _elementwise(k, name)
     rows = prod(k.outer)
     length = prod(k.inner)
     block = block_for(length)
@@ -427,12 +430,7 @@ def kernel_source(k: Any, name: str) -> Rendered:
     args = ", ".join([f"a{i}" for i in range(len(k.args))] + (["err"] if k.checks else []))
     lines = ["", "", "@triton.jit", f"def {name}({args}{', ' if args else ''}BLOCK: tl.constexpr):",
              "    row = tl.program_id(0).to(tl.int64)"]
-    rest = "row"
-    for i in range(n_out - 1, -1, -1):  # the outer coordinates of this program's row
-        lines.append(f"    o{i} = {rest} % {k.outer[i]}")
-        if i:
-            lines.append(f"    q{i} = {rest} // {k.outer[i]}")
-            rest = f"q{i}"
+    lines += _coords([f"o{i}" for i in range(n_out)], k.outer, "row", "    ")  # this program's row
 
     def walk(body: list[str]) -> list[str]:
         """A loop over the row's blocks with ``body`` inside (``j``, ``m`` and the inner
@@ -441,13 +439,7 @@ def kernel_source(k: Any, name: str) -> Rendered:
         out = [f"    for start in range(0, {length}, BLOCK):",
                "        j = start + tl.arange(0, BLOCK).to(tl.int64)",
                f"        m = j < {length}"]
-        rest_ = "j"
-        for i in range(n_in - 1, -1, -1):
-            out.append(f"        i{i} = {rest_} % {k.inner[i]}")
-            if i:
-                out.append(f"        p{i} = {rest_} // {k.inner[i]}")
-                rest_ = f"p{i}"
-        return out + ["        " + b for b in body]
+        return out + _coords([f"i{i}" for i in range(n_in)], k.inner, "j", "        ") + ["        " + b for b in body]
 
     for p in passes(k):
         body = []
@@ -500,3 +492,46 @@ def kernel_source(k: Any, name: str) -> Rendered:
     if body:
         lines += walk(body)
     return Rendered(PRELUDE + "\n".join(lines) + "\n", name, (rows,), {"BLOCK": block})
+
+
+#: lanes per program of an element-wise kernel, and its warps (8 elements a thread: two
+#: 16-byte accesses of float32)
+FLAT_BLOCK = 1024
+FLAT_WARPS = 4
+
+
+def _coords(names: list[str], sizes: tuple[int, ...], flat: str, indent: str) -> list[str]:
+    """Statements splitting the flat index ``flat`` into coordinates ``names`` (row-major
+    over ``sizes``); a single dim is the flat index itself."""
+    out: list[str] = []
+    rest = flat
+    for i in range(len(sizes) - 1, -1, -1):
+        out.append(f"{indent}{names[i]} = {rest} % {sizes[i]}" if i else f"{indent}{names[i]} = {rest}")
+        if i:
+            out.append(f"{indent}q_{names[i]} = {rest} // {sizes[i]}")
+            rest = f"q_{names[i]}"
+    return out
+
+
+def _elementwise(k: ir.Kernel, name: str) -> Rendered:
+    """A kernel of element stores only, over its whole iteration space as one flat range:
+    one program per block of ``BLOCK`` elements, so every multiprocessor gets work
+    however the space splits into rows."""
+    sizes = tuple(k.outer) + tuple(k.inner)
+    total = prod(sizes)
+    block = min(FLAT_BLOCK, block_for(total))
+    coords = [f"i{d}" for d in range(len(sizes))]
+    args = ", ".join([f"a{i}" for i in range(len(k.args))] + (["err"] if k.checks else []))
+    lines = ["", "", "@triton.jit", f"def {name}({args}{', ' if args else ''}BLOCK: tl.constexpr):",
+             "    j = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)",
+             f"    m = j < {total}"]
+    lines += _coords(coords, sizes, "j", "    ")
+    elem = Renderer(coords, 0, "m")
+    for s in k.stages:
+        assert isinstance(s, ir.Store)
+        value = elem.expr(s.expr)
+        lines += ["    " + t for t in elem.take()]
+        lanes = "" if elem.lanes(s.index, ()) else " + 0 * j"
+        lines.append(f"    tl.store(a{s.arg} + {elem.index(s.index)}{lanes}, {stored(value, k.args[s.arg][0])}, mask=m)")
+    meta = {"BLOCK": block, "num_warps": FLAT_WARPS if block >= 128 else 1}
+    return Rendered(PRELUDE + "\n".join(lines) + "\n", name, (-(-total // block),), meta)

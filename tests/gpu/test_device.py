@@ -14,7 +14,7 @@ from braze.runtime.cuda_probe import gpu_count
 def test_available_under_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     assert braze.cuda.is_available() and braze.cuda.device_count() == 1
     assert braze.cuda.interpreting() == (gpu_count() == 0) or braze.cuda.interpreting()
-    monkeypatch.delenv("BRAZE_CUDA_INTERPRET")
+    monkeypatch.delenv("BRAZE_CUDA_INTERPRET", raising=False)
     if gpu_count() == 0:
         assert not braze.cuda.is_available()
         assert "BRAZE_CUDA_INTERPRET" in (braze.cuda.unavailable_reason() or "")
@@ -82,13 +82,3 @@ def test_memory_is_counted() -> None:
     c = x.to("cuda")
     assert braze.stats()["live_bytes"] >= before + 256 * 256 * 4
     del c
-
-
-@pytest.mark.requires_gpu
-def test_gpu_is_reported_honestly(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a GPU without the interpreter, the cuda device says what is missing."""
-    monkeypatch.delenv("BRAZE_CUDA_INTERPRET")
-    if braze.runtime.cuda_probe.interpreting():
-        pytest.skip("TRITON_INTERPRET is set")
-    assert not braze.cuda.is_available()
-    assert "device-memory runtime" in (braze.cuda.unavailable_reason() or "")

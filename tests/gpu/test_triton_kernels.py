@@ -197,3 +197,22 @@ def test_empty_rows_and_sizes() -> None:
     assert (z * 2.0).numpy().shape == (3, 0) and braze.zeros(0, 4, device="cuda").sum(-1).numpy().shape == (0,)
     np.testing.assert_array_equal((braze.zeros(2, 0, device="cuda") @ braze.zeros(0, 4, device="cuda")).numpy(),
                                   np.zeros((2, 4)))
+
+
+def test_contiguous_dims_collapse_into_one_coordinate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An element-wise kernel over contiguous data computes one flat index (no division
+    per dim per lane), and one over a transposed view keeps the dims its strides need."""
+    from braze.codegen import loops, triton as render
+    from braze import ir
+    f32 = braze.float32
+    k = ir.Kernel((), (4, 8, 16), [ir.Store(1, ir.Affine(0, (128, 16, 1)),
+                                            ir.Load(0, ir.Affine(0, (128, 16, 1)), f32))], [(f32, False), (f32, True)])
+    c = loops.collapsed(k)
+    assert c.inner == (512,) and c.outer == ()
+    t = ir.Kernel((), (4, 8, 16), [ir.Store(1, ir.Affine(0, (128, 16, 1)),
+                                            ir.Load(0, ir.Affine(0, (16, 1, 8)), f32))], [(f32, False), (f32, True)])
+    assert loops.collapsed(t).inner == (4, 8, 16)
+    assert "%" not in render.kernel_source(k, "f").source.split("def f")[1]
+    a = np.random.default_rng(0).standard_normal((4, 16, 8)).astype(np.float32)
+    got, ref = on_both(monkeypatch, lambda x: x.transpose(1, 2) * 2.0 + 1.0, a)
+    np.testing.assert_allclose(got, ref)
