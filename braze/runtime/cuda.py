@@ -133,8 +133,10 @@ def compile_kernel(r: render.Rendered) -> Any:
     """The launchable Triton function of ``r``: its module is written under the cache
     directory by the source's hash (Triton reads a kernel's source from its file) and
     imported once per process."""
-    key = cpu.sha256(r.source.encode()).hexdigest()
     gpu = cuda_memory.on_gpu()
+    if gpu:
+        r = render.Rendered(render.for_gpu(r.source), r.name, r.grid, r.meta)
+    key = cpu.sha256(r.source.encode()).hexdigest()
     fn = _fns.get(key + "gpu" * gpu)  # (Triton picks the interpreter when a kernel is decorated)
     if os.environ.get("BRAZE_DEBUG", "0").strip() == "2":
         print(r.source, file=sys.stderr)

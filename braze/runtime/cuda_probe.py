@@ -56,8 +56,15 @@ def gpu_count() -> int:
     return _count
 
 
+_triton: bool | None = None
+
+
 def have_triton() -> bool:
-    return importlib.util.find_spec("triton") is not None
+    """Is Triton installed? (Looked up once: a flush asks, and a lookup costs ~1 ms.)"""
+    global _triton
+    if _triton is None:
+        _triton = importlib.util.find_spec("triton") is not None
+    return _triton
 
 
 def interpreting() -> bool:

@@ -82,7 +82,7 @@ def test_synchronize_waits_and_memory_comes_back() -> None:
     before = braze.stats()["live_bytes"]
     x = braze.zeros(1 << 20, device="cuda") + 1.0
     braze.cuda.synchronize()
-    assert braze.stats()["live_bytes"] >= before + 4 << 20
+    assert braze.stats()["live_bytes"] >= before + (4 << 20)
     assert float(x.sum().item()) == float(1 << 20)
     del x
     assert braze.stats()["live_bytes"] == before
