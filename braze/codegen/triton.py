@@ -438,9 +438,7 @@ def kernel_source(k: Any, name: str) -> Rendered:
     block = block_for(length)
     n_out, n_in = len(k.outer), len(k.inner)
     coords = [f"o{i}" for i in range(n_out)] + [f"i{i}" for i in range(n_in)]
-    args = ", ".join([f"a{i}" for i in range(len(k.args))] + (["err"] if k.checks else []))
-    lines = ["", "", "@triton.jit", f"def {name}({args}{', ' if args else ''}BLOCK: tl.constexpr):",
-             "    row = tl.program_id(0).to(tl.int64)"]
+    lines = _header(k, name) + ["    row = tl.program_id(0).to(tl.int64)"]
     lines += _coords([f"o{i}" for i in range(n_out)], k.outer, "row", "    ")  # this program's row
 
     def walk(body: list[str]) -> list[str]:
@@ -476,12 +474,7 @@ def kernel_source(k: Any, name: str) -> Rendered:
             lines.append(f"    acc{i} = " + _FOLD[s.op][1].format(acc=f"acc{i}"))
             if is_float_minmax(s):
                 lines.append(f"    acc{i} = tl.where(tl.max(nan{i}, axis=0) != 0, float('nan'), acc{i})")
-    row = Renderer(coords[:n_out], n_out, None, prefix="r")
-    for s in k.stages:
-        if isinstance(s, ir.StoreRow):
-            value = row.expr(s.expr)
-            lines += ["    " + t for t in row.take()]
-            lines.append(f"    tl.store(a{s.arg} + {row.index(s.index)}, {stored(value, k.args[s.arg][0])})")
+    lines += _row_stores(k, coords[:n_out])
     elem = Renderer(coords, n_out, "m")
     body = []
     for i, s in enumerate(k.stages):  # a prefix sum (cumsum): each block's, on top of the blocks' before
@@ -532,9 +525,7 @@ def _elementwise(k: ir.Kernel, name: str) -> Rendered:
     total = prod(sizes)
     block = min(FLAT_BLOCK, block_for(total))
     coords = [f"i{d}" for d in range(len(sizes))]
-    args = ", ".join([f"a{i}" for i in range(len(k.args))] + (["err"] if k.checks else []))
-    lines = ["", "", "@triton.jit", f"def {name}({args}{', ' if args else ''}BLOCK: tl.constexpr):",
-             "    j = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)",
+    lines = _header(k, name) + ["    j = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)",
              f"    m = j < {total}"]
     lines += _coords(coords, sizes, "j", "    ")
     elem = Renderer(coords, 0, "m")
@@ -583,12 +574,7 @@ def _persistent(k: ir.Kernel, name: str) -> Rendered:
             lines.append(f"    acc{i} = " + _FOLD[s.op][1].format(acc=f"x{i}"))
             if is_float_minmax(s):
                 lines.append(f"    acc{i} = tl.where(tl.max((x{i} != x{i}).to(tl.int32), axis=0) != 0, float('nan'), acc{i})")
-    row = Renderer(coords[:n_out], n_out, None, prefix="r")
-    for s in k.stages:
-        if isinstance(s, ir.StoreRow):
-            value = row.expr(s.expr)
-            lines += ["    " + t for t in row.take()]
-            lines.append(f"    tl.store(a{s.arg} + {row.index(s.index)}, {stored(value, k.args[s.arg][0])})")
+    lines += _row_stores(k, coords[:n_out])
     for s in k.stages:
         if isinstance(s, ir.Store):
             value = r.expr(s.expr)
@@ -597,3 +583,15 @@ def _persistent(k: ir.Kernel, name: str) -> Rendered:
             lines.append(f"    tl.store(a{s.arg} + {r.index(s.index)}{lanes}, {stored(value, k.args[s.arg][0])}, mask=m)")
     meta = {"BLOCK": block, "num_warps": min(16, max(4, block // 256))}
     return Rendered(PRELUDE + "\n".join(lines) + "\n", name, (prod(k.outer),), meta)
+
+
+def _row_stores(k: ir.Kernel, coords: list[str]) -> list[str]:
+    """A row kernel's row stores (a reduction's result), once per row, after its passes."""
+    row = Renderer(coords, len(coords), None, prefix="r")
+    lines: list[str] = []
+    for s in k.stages:
+        if isinstance(s, ir.StoreRow):
+            value = row.expr(s.expr)
+            lines += ["    " + t for t in row.take()]
+            lines.append(f"    tl.store(a{s.arg} + {row.index(s.index)}, {stored(value, k.args[s.arg][0])})")
+    return lines
