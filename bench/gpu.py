@@ -84,6 +84,7 @@ PROGRAMS = ("gelu_custom", "softmax", "layernorm")
 #: (its layernorm is 32 MiB, inside an H100's L2; these are 256 MiB per float32 operand)
 GPU_SHAPES: dict[str, tuple[int, ...]] = {"gelu": (64, 512, 2048), "softmax": (16384, 4096), "norm": (65536, 1024)}
 DTYPES = ("float32", "bfloat16")
+SECTIONS = ("elementwise", "attention", "llm")  # the last two: bench/gpu_<name>.py, when present
 TARGET_FRACTION = 0.85  # of the HBM bound (issue 16)
 TARGET_VS_COMPILE = 1.0
 COPY_BYTES = 1 << 30
@@ -325,6 +326,7 @@ def run_case(dev: Device, prog: fusion.Program, shape: tuple[int, ...], dtype: s
             return eager(*tt)
 
     ref = _host(t_eager())
+    ref32: np.ndarray | None = None
     if dtype != "float32":
         ref32 = _host(bound(prog.fn, TypedOps(fusion._TorchOps(torch), torch.float32))(*[t.float() for t in tt]))
         res["eager_err_vs_fp32"] = _maxerr(ref, ref32)
@@ -333,7 +335,7 @@ def run_case(dev: Device, prog: fusion.Program, shape: tuple[int, ...], dtype: s
 
     if dev.braze is not None:
         try:
-            V["braze"] = braze_variant(dev, prog, arrays, dtype, reps, ref, ref32 if dtype != "float32" else None)
+            V["braze"] = braze_variant(dev, prog, arrays, dtype, reps, ref, ref32)
         except Exception as e:  # noqa: BLE001 - one failing case must not cost the others
             V["braze"] = {"error": f"{type(e).__name__}: {e}"}
             log(f"  braze failed: {type(e).__name__}: {e}\n" + traceback.format_exc())
@@ -419,32 +421,49 @@ def braze_variant(dev: Device, prog: fusion.Program, arrays: list[np.ndarray], d
     return v
 
 
-def shapes_for(mode: str) -> dict[str, list[tuple[int, ...]]]:
-    if mode == "smoke":
-        return {k: [v] for k, v in fusion.SHAPES["smoke"].items()}
-    gpu = {k: [v] for k, v in GPU_SHAPES.items()}
-    if mode == "quick":
-        return gpu
-    return {k: [fusion.SHAPES["full"][k], *gpu[k]] for k in GPU_SHAPES}
+def cases_for(mode: str, programs: list[str], dtypes: list[str]) -> list[tuple[fusion.Program, tuple[int, ...], str]]:
+    """(program, shape, dtype) in the order they run. The full run adds, in float32, the
+    fusion benchmark's tiny smoke shapes (what a call costs beside its kernel: launch and
+    Python overhead) and its own shapes to the GPU-sized ones; --quick has the GPU-sized only."""
+    out = []
+    for name in programs:
+        prog = program(name)
+        key = prog.shape_key
+        for dtype in dtypes:
+            if mode == "smoke":
+                shapes = [fusion.SHAPES["smoke"][key]]
+            elif mode == "quick":
+                shapes = [GPU_SHAPES[key]]
+            else:
+                shapes = ([fusion.SHAPES["smoke"][key]] if dtype == "float32" else []) + [
+                    fusion.SHAPES["full"][key], GPU_SHAPES[key]]
+            out += [(prog, shape, dtype) for shape in shapes]
+    return out
 
 
 def elementwise(dev: Device, args: argparse.Namespace, mode: str, copy_gbs: float, sink: Callable[[], None],
-                out: dict[str, Any], log: Log) -> None:
+                over: Callable[[], bool], out: dict[str, Any], log: Log) -> None:
     rng = np.random.default_rng(0)
-    shapes = shapes_for(mode)
     out["cases"] = []
     out["timing"] = ("wall time around call + synchronize, median of reps after warm-up; braze: y = prog(...); "
                      "y.realize(); braze.cuda.synchronize()")
-    for name in args.programs.split(","):
-        prog = program(name)
-        for shape in shapes[prog.shape_key]:
-            for dtype in args.dtypes.split(","):
-                log(f"elementwise: {name} {'x'.join(map(str, shape))} {dtype}")
-                c = run_case(dev, prog, shape, dtype, args.reps, not args.no_compile, rng, log)
-                add_rates(c, copy_gbs)
-                log("  " + summary(c))
-                out["cases"].append(c)
-                sink()
+    for prog, shape, dtype in cases_for(mode, args.programs.split(","), args.dtypes.split(",")):
+        what = f"{prog.name} {'x'.join(map(str, shape))} {dtype}"
+        if over():
+            out.setdefault("not_run", []).append(what)
+            log(f"elementwise: {what}: not run (past --budget)")
+            continue
+        log(f"elementwise: {what}")
+        try:
+            c = run_case(dev, prog, shape, dtype, args.reps, not args.no_compile, rng, log)
+        except Exception as e:  # noqa: BLE001 - e.g. torch eager itself failed: the next case still runs
+            log(traceback.format_exc())
+            c = {"program": prog.name, "shape": list(shape), "dtype": dtype, "bytes_min": 0,
+                 "variants": {}, "error": f"{type(e).__name__}: {e}"}
+        add_rates(c, copy_gbs)
+        log("  " + summary(c))
+        out["cases"].append(c)
+        sink()
 
 
 def add_rates(c: dict[str, Any], copy_gbs: float) -> None:
@@ -501,6 +520,8 @@ def sibling(name: str, kwargs: dict[str, bool], out: dict[str, Any], log: Log) -
 # --------------------------------------------------------------------------- report
 
 def markdown(res: dict[str, Any]) -> str:
+    """The run as markdown, in bench/RESULTS.md's form: a heading naming the GPU, the
+    command, then each section's tables."""
     g = res["gpu"]
     cp = res.get("copy") or {}
     head = (f"## GPU: {g.get('gpu', 'no GPU (' + g['torch_device'] + ')')}, {res['date']}, braze "
@@ -514,70 +535,77 @@ def markdown(res: dict[str, Any]) -> str:
                      f"**{cp['gbs']:.0f} GB/s** median, {cp['gbs_best']:.0f} best"
                      + (f"; spec {g['spec_bandwidth_gbs']:.0f} GB/s" if g.get("spec_bandwidth_gbs") else "")
                      + ". % copy below is a fraction of the median.")
-    ew = res["sections"].get("elementwise", {})
-    if ew.get("cases"):
-        lines += ["", "Element-wise and row kernels: median ms of wall time around call + synchronize "
-                  f"({res['reps']} calls after warm-up); GB/s = bytes moved at least (inputs read once, output "
-                  "written once) / time; speedup = torch time / braze time (> 1: braze faster); "
-                  "b2b = per call over 20 calls with one synchronize; err = max abs vs torch eager in the dtype.", "",
-                  "| program | shape | dtype | MiB | braze ms | GB/s | % copy | b2b ms | launches | eager ms "
-                  "| compile ms | compile % copy | vs compile | vs eager | err braze | err compile |",
-                  "|" + "---|" * 16]
-        for c in ew["cases"]:
-            V = c["variants"]
-            b, e, tc = V.get("braze", {}), V.get("eager", {}), V.get("torch.compile", {})
-
-            def ms(v: dict[str, Any]) -> str:
-                return "error" if "error" in v else _fmt(v.get("median_ms"))
-
-            def pct(v: dict[str, Any]) -> str:
-                f = v.get("fraction_of_copy")
-                return "-" if f is None else f"{f:.0%}"
-
-            def ratio(k: str) -> str:
-                r = b.get(f"speedup_vs_{k}")
-                return "-" if r is None else f"{r:.2f}x"
-
-            def err(v: dict[str, Any]) -> str:
-                e_ = v.get("err_vs_eager")
-                return "-" if e_ is None else f"{e_:.1e}"
-
-            lines.append(
-                f"| {c['program']} | {'x'.join(map(str, c['shape']))} | {c['dtype']} | {c['bytes_min'] / 2**20:.0f} "
-                f"| {ms(b) if b else '-'} | {_gbs(b)} | {pct(b)} | {_fmt(b.get('back_to_back_ms'))} "
-                f"| {b.get('kernel_launches', '-')} | {ms(e)} | {ms(tc) if tc else '-'} | {pct(tc)} "
-                f"| {ratio('torch.compile')} | {ratio('eager')} | {err(b)} | {err(tc)} |")
-        firsts = [c for c in ew["cases"] if "first_call_ms" in c["variants"].get("braze", {})
-                  or "first_call_ms" in c["variants"].get("torch.compile", {})]
-        if firsts:
-            lines += ["", "First calls, ms (braze: plan + Triton compile; torch.compile: its compile), "
-                      "and bfloat16 errors against torch in float32 on the same inputs:", ""]
-            for c in firsts:
-                b, tc = c["variants"].get("braze", {}), c["variants"].get("torch.compile", {})
-                extra = ""
-                if "err_vs_fp32" in b:
-                    extra = f"; vs float32: braze {b['err_vs_fp32']:.1e}, eager {c['eager_err_vs_fp32']:.1e}"
-                lines.append(f"- {c['program']} {'x'.join(map(str, c['shape']))} {c['dtype']}: braze "
-                             f"{_fmt(b.get('first_call_ms'))}, torch.compile {_fmt(tc.get('first_call_ms'))}{extra}")
-        for t in targets(ew["cases"], res):
-            lines.append(t)
-        errors = [f"{c['program']} {c['dtype']} {k}: {v['error']}" for c in ew["cases"]
-                  for k, v in c["variants"].items() if "error" in v]
-        if errors:
-            lines += ["", "Errors:", ""] + [f"- {e}" for e in errors]
     for name, sec in res["sections"].items():
         if name == "elementwise":
-            continue
-        if sec.get("markdown"):
+            lines += elementwise_md(sec, res["reps"])
+        elif sec.get("markdown"):
             lines += ["", sec["markdown"].rstrip()]
-        elif sec.get("skipped"):
+        if sec.get("skipped"):
             lines += ["", f"{name}: skipped ({sec['skipped']})"]
         if sec.get("error"):
             lines += ["", f"{name}: FAILED: {sec['error'].strip().splitlines()[-1]}"]
-    ew_err = ew.get("error")
-    if ew_err:
-        lines += ["", f"elementwise: FAILED: {ew_err.strip().splitlines()[-1]}"]
     return "\n".join(lines) + "\n"
+
+
+def _ms(v: dict[str, Any]) -> str:
+    return "-" if not v else "error" if "error" in v else _fmt(v.get("median_ms"))
+
+
+def _pct(v: dict[str, Any]) -> str:
+    f = v.get("fraction_of_copy")
+    return "-" if f is None else f"{f:.0%}"
+
+
+def _ratio(r: float | None) -> str:
+    return "-" if r is None else f"{r:.2f}x"
+
+
+def _e(e: float | None) -> str:
+    return "-" if e is None else f"{e:.1e}"
+
+
+def _shape(c: dict[str, Any]) -> str:
+    return "x".join(map(str, c["shape"]))
+
+
+def elementwise_md(ew: dict[str, Any], reps: int) -> list[str]:
+    cases = ew.get("cases") or []
+    if not cases:
+        return []
+    lines = ["", "Element-wise and row kernels: median ms of wall time around call + synchronize "
+             f"({reps} calls after warm-up); GB/s = bytes moved at least (inputs read once, output written once) "
+             "/ time; vs = torch's time / braze's (> 1: braze faster); b2b = per call over 20 calls with one "
+             "synchronize; launches = braze's kernels per call; err = max abs vs torch eager in the dtype.", "",
+             "| program | shape | dtype | MiB | braze ms | GB/s | % copy | b2b ms | launches | eager ms "
+             "| compile ms | compile % copy | vs compile | vs eager | err braze | err compile |",
+             "|" + "---|" * 16]
+    for c in cases:
+        V = c["variants"]
+        b, e, tc = V.get("braze", {}), V.get("eager", {}), V.get("torch.compile", {})
+        lines.append(
+            f"| {c['program']} | {_shape(c)} | {c['dtype']} | {c['bytes_min'] / 2**20:.0f} | {_ms(b)} | {_gbs(b)} "
+            f"| {_pct(b)} | {_fmt(b.get('back_to_back_ms'))} | {b.get('kernel_launches', '-')} | {_ms(e)} "
+            f"| {_ms(tc)} | {_pct(tc)} | {_ratio(b.get('speedup_vs_torch.compile'))} | {_ratio(b.get('speedup_vs_eager'))} "
+            f"| {_e(b.get('err_vs_eager'))} | {_e(tc.get('err_vs_eager'))} |")
+    lines += ["", "First calls, ms (braze: plan + Triton compile; torch.compile: its compile), and for bfloat16 "
+              "the max abs error against torch in float32 on the same inputs:", ""]
+    for c in cases:
+        b, tc = c["variants"].get("braze", {}), c["variants"].get("torch.compile", {})
+        extra = ""
+        if "err_vs_fp32" in b:
+            extra = f"; vs float32: braze {_e(b['err_vs_fp32'])}, eager {_e(c.get('eager_err_vs_fp32'))}"
+        if "first_call_ms" in b or "first_call_ms" in tc:
+            lines.append(f"- {c['program']} {_shape(c)} {c['dtype']}: braze {_fmt(b.get('first_call_ms'))}, "
+                         f"torch.compile {_fmt(tc.get('first_call_ms'))}{extra}")
+    lines += targets(cases)
+    errors = [f"{c['program']} {_shape(c)} {c['dtype']}{' ' + k if k else ''}: {v['error']}"
+              for c in cases for k, v in [("", c), *c["variants"].items()] if "error" in v]
+    if any(c["variants"].get("braze", {}).get("sync_waits") is False for c in cases):
+        errors.append("braze.cuda.synchronize() returned before the device was done: braze's times run to the end "
+                      "of a torch.cuda.synchronize() after it")
+    if ew.get("not_run"):
+        errors.append(f"not run (past --budget): {', '.join(ew['not_run'])}")
+    return lines + (["", "Errors:", ""] + [f"- {e}" for e in errors] if errors else [])
 
 
 def _gbs(v: dict[str, Any]) -> str:
@@ -585,7 +613,7 @@ def _gbs(v: dict[str, Any]) -> str:
     return "-" if g is None else f"{g:.0f}" if g >= 10 else f"{g:.3f}"
 
 
-def targets(cases: list[dict[str, Any]], res: dict[str, Any]) -> list[str]:
+def targets(cases: list[dict[str, Any]]) -> list[str]:
     """The issue's targets at the GPU-sized shapes: >= 85% of the HBM bound, >= 1.0x torch.compile."""
     big = {tuple(s) for s in GPU_SHAPES.values()}
     rows = []
@@ -604,11 +632,15 @@ def targets(cases: list[dict[str, Any]], res: dict[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------- main
 
 def guarded(name: str, fn: Callable[[dict[str, Any]], None], res: dict[str, Any], sink: Callable[[], None],
-            log: Log) -> None:
+            over: Callable[[], bool], log: Log) -> None:
     """Run one section into ``res["sections"][name]``; a failure is printed and recorded,
     and the run goes on."""
     sec: dict[str, Any] = {}
     res["sections"][name] = sec
+    if over():
+        sec["skipped"] = "past --budget"
+        log(f"{name}: skipped (past --budget)")
+        return
     t0 = time.perf_counter()
     try:
         fn(sec)
@@ -624,7 +656,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench/gpu.py", description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--out", default=None, help="JSON file (default bench/results/gpu-<date>[-smoke].json); "
                     "the markdown goes beside it as .md")
-    ap.add_argument("--only", default="elementwise,attention,llm", help="sections, comma-separated")
+    ap.add_argument("--only", default=",".join(SECTIONS), help="sections, comma-separated")
     ap.add_argument("--quick", action="store_true", help="GPU-sized shapes only, 10 reps (fits ~3 minutes)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, braze under Triton's interpreter, "
                     "torch on the CPU: tests the script without a GPU")
@@ -632,7 +664,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--programs", default=",".join(PROGRAMS), help="fusion programs, comma-separated")
     ap.add_argument("--dtypes", default=",".join(DTYPES))
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--budget", type=float, default=None, help="seconds: start no case or section after this "
+                    "(the run then ends cleanly, inside the caller's time limit)")
     args = ap.parse_args(argv)
+    unknown = set(args.only.split(",")) - set(SECTIONS)
+    if unknown:
+        ap.error(f"--only: no section {', '.join(sorted(unknown))} (sections: {', '.join(SECTIONS)})")
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     if args.reps is None:
         args.reps = {"smoke": 2, "quick": 10, "full": 20}[mode]
@@ -649,9 +686,14 @@ def main(argv: list[str] | None = None) -> int:
     log(f"GPU: {g.get('gpu', 'none: torch on ' + dev.name)}; driver {g.get('driver')}; CUDA {g.get('cuda')}; "
         f"torch {g['torch']}; Triton {g.get('triton')}; braze's cuda device: {g['braze_cuda']}")
 
-    def sink() -> None:
+    def sink() -> None:  # after every case: a run cut short keeps what it measured, table included
         res["seconds"] = time.perf_counter() - t_start
+        res["markdown"] = markdown(res)
         out.write_text(json.dumps(res, indent=1, default=str) + "\n")
+        out.with_suffix(".md").write_text(res["markdown"])
+
+    def over() -> bool:
+        return args.budget is not None and time.perf_counter() - t_start > args.budget
 
     try:
         res["copy"] = copy_bandwidth(dev, 1 << 22 if args.smoke else COPY_BYTES, 5 if args.smoke else 30)
@@ -665,16 +707,13 @@ def main(argv: list[str] | None = None) -> int:
     flags = {"quick": args.quick, "smoke": args.smoke}
     for name in only:
         if name == "elementwise":
-            guarded(name, lambda sec: elementwise(dev, args, mode, copy_gbs, sink, sec, log), res, sink, log)
-        elif name in ("attention", "llm"):
-            module = f"gpu_{name}"
-            guarded(name, lambda sec: sibling(module, flags, sec, log), res, sink, log)
+            guarded(name, lambda sec: elementwise(dev, args, mode, copy_gbs, sink, over, sec, log), res, sink, over,
+                    log)
         else:
-            log(f"unknown section {name!r} (elementwise, attention, llm)")
-    md = markdown(res)
-    res["markdown"] = md
+            module = f"gpu_{name}"
+            guarded(name, lambda sec: sibling(module, flags, sec, log), res, sink, over, log)
     sink()
-    out.with_suffix(".md").write_text(md)
+    md = res["markdown"]
     log(f"wrote {out} and {out.with_suffix('.md')} ({time.perf_counter() - t_start:.0f} s)")
     print("\n" + md, flush=True)
     return 0
