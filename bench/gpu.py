@@ -15,6 +15,10 @@ number it can):
   and bfloat16 (inputs rounded to bfloat16 once, so both sides read the same values).
   The programs' one dtype-less constant (``where(x < 0, -1.0, 1.0)``) is cast to the
   case's dtype on both sides (braze does not promote; torch would promote to float32).
+  Beside them ``scale`` (``x * 2.0``, GPU-sized only): the simplest streaming kernel, what
+  braze's element-wise kernels reach by their launch structure alone. The full run also
+  times the fusion benchmark's tiny smoke shapes in float32 (what a call costs beside
+  its kernel); ``--quick`` runs the GPU-sized shapes only.
 - **attention**, **llm**: ``run(log)`` of ``bench/gpu_attention.py`` and
   ``bench/gpu_llm.py`` when those modules exist; keyword arguments ``quick`` / ``smoke``
   are passed when their ``run`` takes them (in ``--smoke`` a ``run`` without ``smoke`` is
@@ -79,7 +83,7 @@ import numpy as np  # noqa: E402
 from bench import fusion  # noqa: E402
 from bench.harness import _fmt, machine  # noqa: E402
 
-PROGRAMS = ("gelu_custom", "softmax", "layernorm")
+PROGRAMS = ("scale", "gelu_custom", "softmax", "layernorm")
 #: fusion.SHAPES' key per program, and the GPU-sized shape added to the fusion benchmark's
 #: (its layernorm is 32 MiB, inside an H100's L2; these are 256 MiB per float32 operand)
 GPU_SHAPES: dict[str, tuple[int, ...]] = {"gelu": (64, 512, 2048), "softmax": (16384, 4096), "norm": (65536, 1024)}
@@ -273,11 +277,21 @@ class TypedOps:
         return self.base.softmax(x, dim)
 
 
+def scale(m: Any, x: Any) -> Any:
+    return x * 2.0
+
+
+#: not a fusion program: the simplest streaming kernel (one read, one write per element), at the
+#: GPU-sized shape only. It says what braze's element-wise launch structure reaches by itself,
+#: so a shortfall of GELU's can be told apart from one of its body.
+SCALE = fusion.Program("scale", scale, "gelu", fusion._x, "", lambda a, y: [], "x * 2.0")
+
+
 def program(name: str) -> fusion.Program:
-    for p in fusion.PROGRAMS:
+    for p in (SCALE, *fusion.PROGRAMS):
         if p.name == name:
             return p
-    raise SystemExit(f"bench/gpu.py: no program {name!r} in bench/fusion.py")
+    raise SystemExit(f"bench/gpu.py: no program {name!r} (scale, or one of bench/fusion.py's)")
 
 
 def bound(fn: Callable[..., Any], ops: Any) -> Callable[..., Any]:
@@ -434,6 +448,8 @@ def cases_for(mode: str, programs: list[str], dtypes: list[str]) -> list[tuple[f
                 shapes = [fusion.SHAPES["smoke"][key]]
             elif mode == "quick":
                 shapes = [GPU_SHAPES[key]]
+            elif prog is SCALE:
+                shapes = [GPU_SHAPES[key]]
             else:
                 shapes = ([fusion.SHAPES["smoke"][key]] if dtype == "float32" else []) + [
                     fusion.SHAPES["full"][key], GPU_SHAPES[key]]
@@ -524,8 +540,8 @@ def markdown(res: dict[str, Any]) -> str:
     command, then each section's tables."""
     g = res["gpu"]
     cp = res.get("copy") or {}
-    head = (f"## GPU: {g.get('gpu', 'no GPU (' + g['torch_device'] + ')')}, {res['date']}, braze "
-            f"{res['machine'].get('commit', '?')}")
+    head = (f"## GPU (issue 16): {g.get('gpu', 'no GPU, torch on the ' + g['torch_device'])}, {res['date']}, "
+            f"braze {res['machine'].get('commit', '?')}")
     lines = [head, "", f"    {res['command']}", "",
              f"driver {g.get('driver')}, CUDA {g.get('cuda')}, torch {g['torch']}, Triton {g.get('triton')}; "
              f"braze's cuda device: {g['braze_cuda']}"
@@ -661,7 +677,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, braze under Triton's interpreter, "
                     "torch on the CPU: tests the script without a GPU")
     ap.add_argument("--reps", type=int, default=None, help="timed calls per variant (default 20; quick 10; smoke 2)")
-    ap.add_argument("--programs", default=",".join(PROGRAMS), help="fusion programs, comma-separated")
+    ap.add_argument("--programs", default=",".join(PROGRAMS), help="comma-separated: scale (x * 2.0) or "
+                    "bench/fusion.py's programs")
     ap.add_argument("--dtypes", default=",".join(DTYPES))
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--budget", type=float, default=None, help="seconds: start no case or section after this "
