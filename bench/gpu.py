@@ -22,8 +22,9 @@ number it can):
 - **attention**, **llm**: ``run(log)`` of ``bench/gpu_attention.py`` and
   ``bench/gpu_llm.py`` when those modules exist; keyword arguments ``quick`` / ``smoke``
   are passed when their ``run`` takes them (in ``--smoke`` a ``run`` without ``smoke`` is
-  skipped). ``run`` returns a JSON-able dict, whose ``"markdown"`` (if any) is printed
-  with the tables, or a markdown string.
+  skipped). ``run`` may return a JSON-able dict (its ``"markdown"``, if any, goes with
+  the tables), a markdown string, or nothing: the markdown tables it printed (lines
+  starting with "|") are taken then, and all it printed is kept in the JSON.
 
 Timing, the same for every variant: wall time (``time.perf_counter``) around one call
 and its synchronization (braze: ``y = prog(...); y.realize(); braze.cuda.synchronize()``;
@@ -52,11 +53,13 @@ measured) and the markdown beside it (``.md``), and prints the markdown at the e
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import gc
 import importlib
 import importlib.util
 import inspect
+import io
 import json
 import os
 import statistics
@@ -514,8 +517,25 @@ def summary(c: dict[str, Any]) -> str:
 
 # --------------------------------------------------------------------------- optional sections
 
+class _Tee(io.TextIOBase):
+    """stdout that is also kept: a section's printed tables go into the results too."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.kept = io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.kept.write(text)
+        return int(self.real.write(text))
+
+    def flush(self) -> None:
+        self.real.flush()
+
+
 def sibling(name: str, kwargs: dict[str, bool], out: dict[str, Any], log: Log) -> None:
-    """Run ``bench/<name>.py``'s ``run(log, ...)`` if the module exists."""
+    """Run ``bench/<name>.py``'s ``run(log, ...)`` if the module exists. What it prints
+    (through ``log`` or ``print``) is kept under "output"; unless ``run`` returns
+    markdown, the tables it printed (lines starting with "|") stand for it, also when it fails."""
     if importlib.util.find_spec(f"bench.{name}") is None:
         out["skipped"] = f"bench/{name}.py does not exist"
         log(f"{name}: skipped ({out['skipped']})")
@@ -526,7 +546,15 @@ def sibling(name: str, kwargs: dict[str, bool], out: dict[str, Any], log: Log) -
         out["skipped"] = "its run() takes no smoke flag: not run in --smoke"
         log(f"{name}: skipped ({out['skipped']})")
         return
-    r = mod.run(log, **{k: v for k, v in kwargs.items() if k in params})
+    tee = _Tee(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(tee):
+            r = mod.run(log, **{k: v for k, v in kwargs.items() if k in params})
+    finally:  # what it printed before a failure counts too
+        out["output"] = tee.kept.getvalue()
+        table = [line for line in out["output"].splitlines() if line.startswith("|")]
+        if table:
+            out["markdown"] = f"{name} (the tables bench/{name}.py printed):\n\n" + "\n".join(table)
     if isinstance(r, str):
         out["markdown"] = r
     elif isinstance(r, dict):
