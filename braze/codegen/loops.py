@@ -63,8 +63,9 @@ def _stage_exprs(s: ir.Stage) -> list[ir.Expr]:
 
 def collapsed(k: ir.Kernel) -> ir.Kernel:
     """``k`` over fewer, longer dims: size-1 dims dropped, and two neighbouring dims (both
-    outer or both inner) merged where every access walks them as one (the outer one's
-    coefficient is the inner one's times its size). A GPU renderer then computes one
+    outer or both inner; any two in a kernel of element stores only, which has no rows)
+    merged where every access walks them as one (the outer one's coefficient is the inner
+    one's times its size). A GPU renderer then computes one
     coordinate instead of a division and a remainder per dim per lane. Kernels whose
     expressions name a coordinate, guard a load by one or divide one (``Coord``,
     ``Load.when``, ``Affine.divs``), and chain kernels, are left as they are."""
@@ -84,7 +85,8 @@ def collapsed(k: ir.Kernel) -> ir.Kernel:
     if any(a.divs for a in affines):
         return k
     sizes = list(k.outer) + list(k.inner)
-    n_out = len(k.outer)
+    # a kernel of element stores only has no rows: its outer and inner dims merge alike
+    n_out = 0 if all(isinstance(s, ir.Store) for s in k.stages) else len(k.outer)
     keep = [d for d, n in enumerate(sizes) if n != 1]  # (a size-1 dim's coordinate is always 0)
     groups: list[list[int]] = []  # runs of kept dims merged into one
     for d in keep:

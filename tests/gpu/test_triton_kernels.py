@@ -223,6 +223,8 @@ def test_contiguous_dims_collapse_into_one_coordinate(monkeypatch: pytest.Monkey
                                             ir.Load(0, ir.Affine(0, (128, 16, 1)), f32))], [(f32, False), (f32, True)])
     c = loops.collapsed(k)
     assert c.inner == (512,) and c.outer == ()
+    rows = ir.Kernel((4,), (8, 16), k.stages, k.args)  # element stores only: no rows to keep apart
+    assert loops.collapsed(rows).inner == (512,)
     t = ir.Kernel((), (4, 8, 16), [ir.Store(1, ir.Affine(0, (128, 16, 1)),
                                             ir.Load(0, ir.Affine(0, (16, 1, 8)), f32))], [(f32, False), (f32, True)])
     assert loops.collapsed(t).inner == (4, 8, 16)
