@@ -197,10 +197,30 @@ class Launch:
 
 @dataclass
 class Plan:
-    """The launches of one flush's form, and their CUDA graphs (on a GPU)."""
+    """The launches of one flush's form, their CUDA graphs (on a GPU), and where its
+    intermediates (results nothing outside the flush holds) lie in its arena: one
+    buffer a run, so they come back at the same addresses run after run (a graph's
+    key) for one pool allocation."""
 
     steps: list[Launch]
     graphs: Graphs
+    arena: list[tuple[int, int]]  # (storage key, byte offset)
+    arena_bytes: int
+
+
+#: intermediates start at multiples of this in a plan's arena (a 128-byte line, and any
+#: vector access)
+ARENA_ALIGN = 256
+
+
+def _arena(steps: Sequence[Launch], storages: Sequence[Any], live: frozenset[int]) -> tuple[list[tuple[int, int]], int]:
+    at, out = 0, []
+    for st in steps:
+        for k in st.outputs:
+            if k not in live and storages[k].array is None:
+                out.append((k, at))
+                at += -(-storages[k].numel * storages[k].dtype.itemsize // ARENA_ALIGN) * ARENA_ALIGN
+    return out, at
 
 
 _plans: dict[Any, Plan] = {}
@@ -257,6 +277,12 @@ def run(plan: Plan, nodes: Sequence[Any], storages: Sequence[Any]) -> None:
     """Allocate the plan's outputs and launch its kernels: one by one, or (on a GPU, a
     form run again over the same buffers) as one CUDA graph. Gathers' index checks are
     read back once, after the last launch."""
+    if plan.arena_bytes:
+        arena = cuda_memory.allocate(np.uint8, plan.arena_bytes, "arena")
+        for k, at in plan.arena:
+            st = storages[k]
+            if st.array is None:
+                st.array = cuda_memory.view(arena, at, st.dtype.np, st.numel)
     steps = [st for st in plan.steps if 0 not in st.grid]
     for st in plan.steps:
         if 0 in st.grid:  # (an empty kernel: its outputs exist all the same)
@@ -346,7 +372,8 @@ def execute(nodes: Any) -> None:
         key, plan = None, None
     if plan is None:
         COUNTERS["plan_misses"] += 1
-        plan = Plan(build(list(nodes), form.key_of, live), Graphs())
+        steps = build(list(nodes), form.key_of, live)
+        plan = Plan(steps, Graphs(), *_arena(steps, form.storages, live))
         if key is not None:
             if len(_plans) >= PLAN_CAP:
                 _plans.clear()

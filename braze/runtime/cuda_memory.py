@@ -159,6 +159,17 @@ def allocate(dtype: Any, numel: int, op: str | None = None) -> Any:
     return arr
 
 
+def view(arena: Any, at: int, dtype: Any, numel: int) -> Any:
+    """``numel`` elements of ``dtype`` at byte ``at`` of a uint8 cuda buffer; the buffer
+    lives as long as any view of it."""
+    dtype = np.dtype(dtype)
+    if not isinstance(arena, DeviceArray):
+        return arena[at:at + numel * dtype.itemsize].view(dtype)
+    v = DeviceArray(arena.block, dtype, numel)
+    v.ptr = arena.ptr + at
+    return v
+
+
 def upload(host: np.ndarray, op: str | None = None) -> Any:
     """A cuda buffer holding a copy of ``host`` (flattened, C order)."""
     host = np.ascontiguousarray(host).reshape(-1)
