@@ -44,7 +44,7 @@ from .ops.quant import check_block_rows, weight_type
 from .ops.registry import REGISTRY
 from .runtime import memory
 from .stats import COUNTERS
-from .storage import Storage, strided
+from .storage import Storage, block_bytes, strided
 from .stream import Node, Operand, stream, stream_of
 
 Scalar = int | float | bool
@@ -744,12 +744,18 @@ def _same_device(op: str, tensors: Sequence[Tensor]) -> Device:
 def _moved(t: Tensor, dev: Device) -> Tensor:
     """``t`` copied to device ``dev``, contiguous: a sync point for ``t`` (its stream is
     flushed), as PyTorch's ``.to(device)`` is where the user asks for it. Under Triton's
-    interpreter both devices' memory is the host's, from one pool."""
+    interpreter both devices' memory is the host's, from one pool. A block-quantized
+    tensor moves as its blocks' bytes, as they are (its kernels dequantize them)."""
     if t.dtype.is_block:
-        raise Unsupported("to", f"a {t.dtype.name} (block-quantized) tensor cannot move to {dev} yet: "
-                                "the cuda device has no quantized kernels")
-    src = t.numpy()  # realised (a copy already, when it comes from a device)
-    buf = memory.allocate(t.dtype.np, src.size, "to")
+        if t.device.type != "cpu":
+            raise Unsupported("to", f"a {t.dtype.name} (block-quantized) tensor does not move back from {t.device} "
+                                    "yet; load it again on the CPU")
+        t.realize()
+        lay = t._layout
+        src = block_bytes(t._storage.data(), t.dtype, lay.shape, lay.strides, lay.offset)
+    else:
+        src = t.numpy()  # realised (a copy already, when it comes from a device)
+    buf = memory.allocate(src.dtype, src.size, "to")
     buf.reshape(src.shape)[...] = src
     return Tensor(Storage(t.dtype, dev, src.size, buf), _contiguous(t.shape))
 

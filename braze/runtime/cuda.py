@@ -28,14 +28,14 @@ import numpy as np
 
 from .. import plan as fused
 from ..codegen import triton as render
-from ..codegen.triton_gemm import gemm_source
+from ..codegen.triton_extern import EXTERN
 from .. import ir
 from ..errors import IndexOutOfRange, Unsupported
 from ..schedule import ExternStep, KernelStep, schedule
 from ..stats import COUNTERS
 from ..stream import NodeQueue, set_cuda_executor
 from . import cpu, memory
-from .cuda_probe import unavailable
+from .cuda_probe import interpreting, unavailable
 
 
 class _HostStorage:
@@ -93,8 +93,15 @@ class DeviceArg:
 
 
 def arg(storage: Any, offset: int = 0) -> DeviceArg:
-    """A storage's buffer as a kernel argument, ``offset`` elements in."""
-    return DeviceArg(storage.data(), storage.dtype.name, offset)
+    """A storage's buffer as a kernel argument, ``offset`` elements in (a block-quantized
+    storage: its bytes, ``offset`` bytes in)."""
+    return DeviceArg(storage.data(), "uint8" if storage.dtype.is_block else storage.dtype.name, offset)
+
+
+def operand_arg(o: Any) -> DeviceArg:
+    """A node operand's buffer at its view's offset (a block view's: in bytes)."""
+    d = o.storage.dtype
+    return arg(o.storage, d.nbytes(o.layout.offset) if d.is_block else o.layout.offset)
 
 
 _fns: dict[str, Any] = {}
@@ -168,13 +175,13 @@ def build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int]) ->
         node = nodes[st.node]
         if node.op.name == "assign" and node.inputs[0] == node.outputs[0]:
             continue  # x[i] = x[i] (what ``x[i] += 1`` ends with, after the in-place add): nothing to do
-        if node.op.name != "matmul":
+        extern = EXTERN.get(node.op.name)
+        if extern is None:
             raise _refuse([node.op.name], "it has no Triton kernel")
-        a, b = node.inputs
         try:
-            r = gemm_source(a.layout, b.layout, node.outputs[0].storage.dtype, f"braze_mm{n}")
+            r = extern(node, f"braze_x{n}", interpreting())
         except render.NotRendered as e:
-            raise _refuse(["matmul"], e.what) from None
+            raise _refuse([node.op.name], e.what) from None
         out.append(Launch(compile_kernel(r), r.grid, r.meta, [], [key_of[id(node.outputs[0].storage)]], [], st.node))
     return out
 
@@ -187,7 +194,7 @@ def run(steps: Sequence[Launch], nodes: Sequence[Any], storages: Sequence[Any]) 
                 st.array = memory.allocate(st.dtype.np, st.numel, "kernel")
         if step.node >= 0:
             node = nodes[step.node]
-            args = [arg(o.storage, o.layout.offset) for o in (*node.inputs, node.outputs[0])]
+            args = [operand_arg(o) for o in (*node.inputs, *node.outputs)]
         else:
             args = [arg(storages[k], 0 if r is None else fused.operand(nodes[r[0]], r[1]).layout.offset)
                     for k, r in zip(step.args, step.refs)]
