@@ -167,23 +167,7 @@ def qlinear_source(x: Layout, w: Layout, qtype: str, name: str, interpret: bool 
     sxm, sxk = x.strides
     g = Geometry.of(qtype, w)
     if m <= FEW:
-        mp = _pow2(m)
-        bn, bk = (min(256, _pow2(n)), min(512, _pow2(k))) if interpret else (max(16, 64 // mp), 128)
-        b, e = g.address("nn[:, None]", "kc[None, :]")
-        body = ["", "", "@triton.jit", f"def {name}(x, w, y, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):",
-                "    rn = tl.program_id(0).to(tl.int64) * BN + tl.arange(0, BN).to(tl.int64)",
-                "    rm = tl.arange(0, MP).to(tl.int64)",
-                f"    nn = tl.minimum(rn, {n - 1})",
-                "    acc = tl.zeros([MP, BN], tl.float32)",
-                f"    for k0 in range(0, {k}, BK):",
-                "        kk = k0 + tl.arange(0, BK).to(tl.int64)",
-                f"        kc = tl.minimum(kk, {k - 1})",
-                f"        wv = tl.where(kk[None, :] < {k}, _braze_deq(w, {b}, {e}), 0.0)",
-                f"        xv = tl.load(x + rm[:, None] * {sxm} + kc[None, :] * {sxk}, "
-                f"mask=(rm[:, None] < {m}) & (kk[None, :] < {k}), other=0.0)",
-                "        acc += tl.sum(xv[:, None, :] * wv[None, :, :], axis=2)",
-                f"    tl.store(y + rm[:, None] * {n} + rn[None, :], acc, mask=(rm[:, None] < {m}) & (rn[None, :] < {n}))"]
-        return Rendered(_module(qtype, body), name, (-(-n // bn),), {"MP": mp, "BN": bn, "BK": bk})
+        return _gemv(x, n, g, qtype, name, interpret)
     bm, bn, bk = (64, 64, 64) if interpret else (64, 64, 32)
     nb = -(-n // bn)
     b, e = g.address("nn[None, :]", "kc[:, None]")
@@ -202,6 +186,39 @@ def qlinear_source(x: Layout, w: Layout, qtype: str, name: str, interpret: bool 
             '        acc += tl.dot(xv, wv, input_precision="ieee")',
             f"    tl.store(y + rm[:, None] * {n} + rn[None, :], acc, mask=(rm[:, None] < {m}) & (rn[None, :] < {n}))"]
     return Rendered(_module(qtype, body), name, (-(-m // bm) * nb,), {"BM": bm, "BN": bn, "BK": bk})
+
+
+def _gemv(x: Layout, n: int, g: Geometry, qtype: str, name: str, interpret: bool) -> Rendered:
+    """The matrix-vector kernel: a program per ``BN`` output rows walks K ``NB`` blocks at a
+    time, the weight tile shaped (rows, blocks, elements) so that each block's scales are
+    loaded once and broadcast over its elements, and dots it with each of the ``MP`` rows of x."""
+    (m, k), (sxm, sxk) = x.shape, x.strides
+    mp, qk = _pow2(m), g.per_block
+    nblocks = k // qk
+    if interpret:  # wide tiles: fewer programs, each one numpy operation per statement
+        bn, nb = min(1024, _pow2(n)), max(1, min(512, _pow2(k)) // qk)
+    else:  # about 4096 products per program, at least one block of K per step
+        nb = max(1, 128 // qk)
+        bn = max(8, 4096 // (mp * nb * qk))
+    body = ["", "", "@triton.jit",
+            f"def {name}(x, w, y, MP: tl.constexpr, BN: tl.constexpr, NB: tl.constexpr, QK: tl.constexpr):",
+            "    rn = tl.program_id(0).to(tl.int64) * BN + tl.arange(0, BN).to(tl.int64)",
+            "    rm = tl.arange(0, MP).to(tl.int64)",
+            "    blk = tl.arange(0, NB).to(tl.int64)",
+            "    el = tl.arange(0, QK)",
+            f"    row = tl.minimum(rn, {n - 1})[:, None, None] * {g.ldw}",
+            "    acc = tl.zeros([MP, BN], tl.float32)",
+            f"    for b0 in range(0, {nblocks}, NB):",
+            "        bi = b0 + blk",
+            f"        b = row + tl.minimum(bi, {nblocks - 1})[None, :, None] * {g.units}",
+            f"        kk = bi[:, None] * QK + el[None, :]",  # (NB, QK): the columns of this step
+            f"        wv = tl.where(kk[None, :, :] < {k}, _braze_deq(w, b, el[None, None, :]), 0.0)",
+            f"        kc = tl.minimum(kk, {k - 1})",
+            f"        xv = tl.load(x + rm[:, None, None] * {sxm} + kc[None, :, :] * {sxk}, "
+            f"mask=(rm[:, None, None] < {m}) & (kk[None, :, :] < {k}), other=0.0)",
+            "        acc += tl.sum(tl.sum(xv[:, None, :, :] * wv[None, :, :, :], axis=3), axis=2)",
+            f"    tl.store(y + rm[:, None] * {n} + rn[None, :], acc, mask=(rm[:, None] < {m}) & (rn[None, :] < {n}))"]
+    return Rendered(_module(qtype, body), name, (-(-n // bn),), {"MP": mp, "BN": bn, "NB": nb, "QK": qk})
 
 
 def qrows_source(w: Layout, qtype: str, rows: int, name: str, ids: bool, interpret: bool = False) -> Rendered:
