@@ -110,6 +110,7 @@ DEQUANT: dict[str, str] = {
 }
 
 FEW = 8  # rows of x up to which qlinear takes the matrix-vector kernel
+MAX_NUMEL = 1 << 20  # elements of a tile, at most (Triton refuses more)
 
 
 def supported(qtype: str) -> bool:
@@ -196,7 +197,8 @@ def _gemv(x: Layout, n: int, g: Geometry, qtype: str, name: str, interpret: bool
     mp, qk = _pow2(m), g.per_block
     nblocks = k // qk
     if interpret:  # wide tiles: fewer programs, each one numpy operation per statement
-        bn, nb = min(1024, _pow2(n)), max(1, min(512, _pow2(k)) // qk)
+        nb = max(1, min(512, _pow2(k)) // qk)
+        bn = min(_pow2(n), MAX_NUMEL // (mp * nb * qk))
     else:  # about 4096 products per program, at least one block of K per step
         nb = max(1, 128 // qk)
         bn = max(8, 4096 // (mp * nb * qk))

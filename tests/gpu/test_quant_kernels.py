@@ -120,3 +120,20 @@ def test_block_tensors_move_as_their_bytes_and_refuse_the_host_view() -> None:
     np.testing.assert_array_equal(moved.to(braze.float32).numpy(), dequantize(raw, GGMLType.Q4_K, (4, 256))[1:3])
     with pytest.raises(Unsupported, match="to"):
         moved.to("cpu")
+
+
+@pytest.mark.parametrize("interpret", [True, False])
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q6_K", "F16"])
+def test_tiles_of_a_real_models_shapes_stay_within_tritons_limit(interpret: bool, qtype: str) -> None:
+    """SmolLM2's logits (49152 x 576) at up to 8 rows (GEMV) and at 128 (GEMM): no tile
+    over Triton's 2**20 elements (rendered only: running them here would take minutes)."""
+    from braze.codegen.triton_quant import MAX_NUMEL, qlinear_source
+    from braze.layout import Layout
+    k = 576 if qtype != "Q6_K" else 512
+    w = Layout.contiguous((49152, k))
+    for m in (1, 3, 8, 128):
+        r = qlinear_source(Layout.contiguous((m, k)), w, qtype, "k", interpret)
+        tile = r.meta.get("MP", 1) * r.meta["BN"] * r.meta.get("NB", 1) * r.meta.get("QK", r.meta.get("BK", 1))
+        assert tile <= MAX_NUMEL
+        if m <= 8:  # the matrix-vector kernel: its programs cover every output row
+            assert r.grid[0] * r.meta["BN"] >= 49152
