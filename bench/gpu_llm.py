@@ -55,7 +55,7 @@ class TorchLlama:
         c = self.c
 
         def w(t: Any) -> Any:
-            return torch.from_numpy(np.ascontiguousarray(t.numpy())).to(device=device, dtype=dtype)
+            return torch.from_numpy(np.array(t.numpy())).to(device=device, dtype=dtype)
         self.embed, self.norm, self.out = w(model.embed.weight), w(model.norm.weight), w(model.output.weight)
         self.layers = [dict(an=w(b.attn_norm.weight), q=w(b.attn.q.weight), k=w(b.attn.k.weight),
                             v=w(b.attn.v.weight), o=w(b.attn.o.weight), mn=w(b.mlp_norm.weight),

@@ -111,6 +111,7 @@ DEQUANT: dict[str, str] = {
 
 FEW = 8  # rows of x up to which qlinear takes the matrix-vector kernel
 MAX_NUMEL = 1 << 20  # elements of a tile, at most (Triton refuses more)
+PROGRAMS = 128  # matrix-vector programs wanted at least (an H100 has 132 SMs), rows allowing
 
 
 def supported(qtype: str) -> bool:
@@ -199,9 +200,10 @@ def _gemv(x: Layout, n: int, g: Geometry, qtype: str, name: str, interpret: bool
     if interpret:  # wide tiles: fewer programs, each one numpy operation per statement
         nb = max(1, min(512, _pow2(k)) // qk)
         bn = min(_pow2(n), MAX_NUMEL // (mp * nb * qk))
-    else:  # about 4096 products per program, at least one block of K per step
+    else:  # at most ~4096 products per program step, and programs enough to fill the SMs
         nb = max(1, 128 // qk)
-        bn = max(8, 4096 // (mp * nb * qk))
+        most = max(8, 4096 // (mp * nb * qk))
+        bn = max(8, min(most, 1 << max(0, (n // PROGRAMS).bit_length() - 1)))
     body = ["", "", "@triton.jit",
             f"def {name}(x, w, y, MP: tl.constexpr, BN: tl.constexpr, NB: tl.constexpr, QK: tl.constexpr):",
             "    rn = tl.program_id(0).to(tl.int64) * BN + tl.arange(0, BN).to(tl.int64)",
