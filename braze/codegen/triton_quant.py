@@ -9,9 +9,9 @@ from the block's fields as ``quant/dequant.py`` spells them; and the block geome
 all types: the type's function is pasted in front of it.
 
 - ``qlinear`` (``x @ w.T``): up to ``FEW`` rows of x (decoding) a matrix-vector kernel,
-  each program a block of ``BN`` output rows over all of K, the weight tile dequantized
-  once and dotted with every row of x (each weight byte read once from memory), float32
-  sums; more rows (prefill) a tiled GEMM, the dequantized tile fed to ``tl.dot`` (float32
+  each program a block of ``BN`` output rows over all of K, the weight tile (rows x
+  blocks x elements: a block's scales load once) dequantized once and dotted with every
+  row of x (each weight byte read once from memory), float32 sums; more rows (prefill) a tiled GEMM, the dequantized tile fed to ``tl.dot`` (float32
   at IEEE precision, as ``triton_gemm.py``: no silent TF32).
 - ``qembedding`` / ``dequantize``: rows (at ids, or all) dequantized to float32; an id
   outside the table gives a row of NaN (as the C kernel; the recording checks ids).
@@ -114,10 +114,6 @@ MAX_NUMEL = 1 << 20  # elements of a tile, at most (Triton refuses more)
 PROGRAMS = 128  # matrix-vector programs wanted at least (an H100 has 132 SMs), rows allowing
 
 
-def supported(qtype: str) -> bool:
-    return qtype in DEQUANT
-
-
 @dataclass(frozen=True)
 class Geometry:
     """A weight operand as its kernel addresses it: elements and pointer units per block
@@ -132,8 +128,7 @@ class Geometry:
         if qtype not in DEQUANT:
             raise NotRendered(f"a {qtype} weight")
         elements, nbytes = TYPE_SIZES[GGMLType[qtype]]
-        quantized = elements > 1
-        units = nbytes if quantized else 1
+        units = nbytes if elements > 1 else 1
         lead = [(n, s) for n, s in zip(w.shape[:-1], w.strides[:-1]) if n > 1]
         # the rows' dims flattened to one stride (a view that keeps them one run of rows)
         stride = lead[-1][1] if lead else 0
@@ -215,7 +210,7 @@ def _gemv(x: Layout, n: int, g: Geometry, qtype: str, name: str, interpret: bool
             f"    for b0 in range(0, {nblocks}, NB):",
             "        bi = b0 + blk",
             f"        b = row + tl.minimum(bi, {nblocks - 1})[None, :, None] * {g.units}",
-            f"        kk = bi[:, None] * QK + el[None, :]",  # (NB, QK): the columns of this step
+            "        kk = bi[:, None] * QK + el[None, :]",  # (NB, QK): the columns of this step
             f"        wv = tl.where(kk[None, :, :] < {k}, _braze_deq(w, b, el[None, None, :]), 0.0)",
             f"        kc = tl.minimum(kk, {k - 1})",
             f"        xv = tl.load(x + rm[:, None, None] * {sxm} + kc[None, :, :] * {sxk}, "
