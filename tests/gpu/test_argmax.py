@@ -20,7 +20,8 @@ def test_argmax_argmin_match_the_reference(monkeypatch: pytest.MonkeyPatch, op: 
     x[1, 2100] = np.nan
     x[2] = -np.inf
     x[3, 2499] = np.inf if op == "argmax" else -np.inf
-    for fn in (lambda t: getattr(t, op)(-1), lambda t: getattr(t, op)(0, keepdim=True),
+    # (along dim 0 a program per column: a few columns, the interpreter runs each in Python)
+    for fn in (lambda t: getattr(t, op)(-1), lambda t: getattr(t[:, 1690:1720], op)(0, keepdim=True),
                lambda t: getattr(t, op)(), lambda t: getattr(t[:, 3::7], op)(1)):
         got, ref = on_both(monkeypatch, fn, x)
         np.testing.assert_array_equal(got, ref)
