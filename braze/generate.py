@@ -118,8 +118,8 @@ class DecodeStep:
     ``reason`` says why).
 
     A model on another device (``model.to("cuda")``) runs each step as recorded, its
-    token copied there per step: the capture replays CPU plans only (a cuda step would
-    be one CUDA graph: not built yet)."""
+    token copied there per step: the capture replays CPU plans only (on cuda a step's
+    flush finds its plan cached, and a GPU replays it as a CUDA graph)."""
 
     def __init__(self, model: Any, caches: list[Any], capture: bool = True) -> None:
         self.model, self.caches = model, caches

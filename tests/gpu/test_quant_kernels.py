@@ -11,7 +11,6 @@ import pytest
 
 import braze
 from braze.creation import from_blocks
-from braze.errors import Unsupported
 from braze.functions import qembedding, qlinear
 from braze.quant.dequant import dequantize
 from braze.quant.formats import BLOCK_DTYPES, DTYPES, TYPE_SIZES, GGMLType
@@ -112,14 +111,15 @@ def test_quantized_rows_at_ids_and_dequantize(qtype: str) -> None:
         np.testing.assert_array_equal(w.to(braze.float32).numpy(), wf)
 
 
-def test_block_tensors_move_as_their_bytes_and_refuse_the_host_view() -> None:
+def test_block_tensors_move_as_their_bytes_both_ways() -> None:
     raw = random_blocks("Q4_K", 4, 256, seed=9)
     w = from_blocks(raw, DTYPES[GGMLType.Q4_K], (4, 256))
     moved = w[1:3].to("cuda")
     assert moved.dtype is w.dtype and moved.shape == (2, 256) and moved.device.type == "cuda"
     np.testing.assert_array_equal(moved.to(braze.float32).numpy(), dequantize(raw, GGMLType.Q4_K, (4, 256))[1:3])
-    with pytest.raises(Unsupported, match="to"):
-        moved.to("cpu")
+    back = moved[1:].to("cpu")
+    assert back.device.type == "cpu" and back.dtype is w.dtype and back.shape == (1, 256)
+    np.testing.assert_array_equal(np.asarray(back._storage.data()), raw.reshape(4, -1)[2])
 
 
 @pytest.mark.parametrize("interpret", [True, False])
