@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import plan as fused
 from ..codegen import triton as render
-from ..codegen.triton_gemm import gemm_source
+from ..codegen.triton_extern import EXTERN
 from .. import ir
 from ..errors import IndexOutOfRange, Unsupported
 from ..schedule import ExternStep, KernelStep, schedule
@@ -37,7 +37,7 @@ from ..stats import COUNTERS
 from ..stream import NodeQueue, set_cuda_executor
 from . import cpu, cuda_memory
 from .cuda_graph import Graphs
-from .cuda_probe import unavailable
+from .cuda_probe import interpreting, unavailable
 
 
 class _HostStorage:
@@ -114,16 +114,24 @@ _mirrors: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
 def arg(storage: Any, offset: int = 0) -> Any:
-    """A storage's buffer as a kernel argument, ``offset`` elements in."""
+    """A storage's buffer as a kernel argument, ``offset`` elements in (a block-quantized
+    storage: its bytes, ``offset`` bytes in)."""
     data = storage.data()
+    name = "uint8" if storage.dtype.is_block else storage.dtype.name
     if isinstance(data, np.ndarray):
         if storage.device.type == "cpu" and cuda_memory.on_gpu():
             data = _mirrors.get(storage)
             if data is None:
                 data = _mirrors[storage] = cuda_memory.upload(storage.data(), "constant")
         else:
-            return DeviceArg(data, storage.dtype.name, offset)
-    return Pointer(data.ptr + offset * data.itemsize, storage.dtype.name)
+            return DeviceArg(data, name, offset)
+    return Pointer(data.ptr + offset * data.itemsize, name)
+
+
+def operand_arg(o: Any) -> Any:
+    """A node operand's buffer at its view's offset (a block view's: in bytes)."""
+    d = o.storage.dtype
+    return arg(o.storage, d.nbytes(o.layout.offset) if d.is_block else o.layout.offset)
 
 
 _fns: dict[str, Any] = {}
@@ -250,13 +258,13 @@ def build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int]) ->
         node = nodes[st.node]
         if node.op.name == "assign" and node.inputs[0] == node.outputs[0]:
             continue  # x[i] = x[i] (what ``x[i] += 1`` ends with, after the in-place add): nothing to do
-        if node.op.name != "matmul":
+        extern = EXTERN.get(node.op.name)
+        if extern is None:
             raise _refuse([node.op.name], "it has no Triton kernel")
-        a, b = node.inputs
         try:
-            r = gemm_source(a.layout, b.layout, node.outputs[0].storage.dtype, f"braze_mm{n}")
+            r = extern(node, f"braze_x{n}", interpreting())
         except render.NotRendered as e:
-            raise _refuse(["matmul"], e.what) from None
+            raise _refuse([node.op.name], e.what) from None
         out.append(Launch(compile_kernel(r), r.grid, r.meta, [], [key_of[id(node.outputs[0].storage)]], [], st.node))
     return out
 
@@ -268,7 +276,7 @@ def _arguments(step: Launch, nodes: Sequence[Any], storages: Sequence[Any]) -> l
             st.array = cuda_memory.allocate(st.dtype.np, st.numel, "kernel")
     if step.node >= 0:
         node = nodes[step.node]
-        return [arg(o.storage, o.layout.offset) for o in (*node.inputs, node.outputs[0])]
+        return [operand_arg(o) for o in (*node.inputs, *node.outputs)]
     return [arg(storages[k], 0 if r is None else fused.operand(nodes[r[0]], r[1]).layout.offset)
             for k, r in zip(step.args, step.refs)]
 
