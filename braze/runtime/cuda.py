@@ -28,10 +28,14 @@ import numpy as np
 
 from .. import plan as fused
 from ..codegen import triton as render
+from ..codegen import triton_chain
 from ..codegen.triton_gemm import gemm_source
+from .. import dtypes as dt
 from .. import ir
 from ..errors import IndexOutOfRange, Unsupported
 from ..schedule import ExternStep, KernelStep, schedule
+from ..schedule.fuse import refuse
+from ..storage import Storage
 from ..stats import COUNTERS
 from ..stream import NodeQueue, set_cuda_executor
 from . import cpu, memory
@@ -139,6 +143,8 @@ class Launch:
     node: int = -1
     #: a gathering kernel's bounds checks: per check, the (node, op, dim) a bad index names
     checks: tuple[tuple[int, str, int], ...] = ()
+    #: buffers of the plan's own, passed after the arguments (split-K's partial results)
+    scratch: tuple[Storage, ...] = ()
 
 
 _plans: dict[Any, list[Launch]] = {}
@@ -150,12 +156,26 @@ def _refuse(ops: Sequence[str], what: str) -> Unsupported:
                                                       "run it on the CPU (.to('cpu'))")
 
 
-def build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int]) -> list[Launch]:
+def build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int], chains: bool = True) -> list[Launch]:
     """Schedule a flush and render and compile each of its steps; ``Unsupported``
-    naming the op for a step the backend cannot run yet, before anything runs."""
-    sched = schedule(nodes, key_of, set(live), library=False)
+    naming the op for a step the backend cannot run yet, before anything runs. A chain
+    kernel the Triton renderer lacks a part of has the flush scheduled again without
+    chains (its matmuls as GEMMs; ``BRAZE_DEBUG=1`` says why), every launch counted."""
+    sched = schedule(nodes, key_of, set(live), library=False, chains=chains)
     out: list[Launch] = []
     for n, st in enumerate(sched.steps):
+        if isinstance(st, KernelStep) and triton_chain.is_chain(st.kernel):
+            try:
+                ck = triton_chain.chain_kernels(st.kernel, f"braze_a{n}")
+            except render.NotRendered as e:
+                refuse(nodes[st.nodes[0]], f"not a chain kernel on cuda: {e.what}")
+                return build(nodes, key_of, live, chains=False)
+            scratch = (Storage(dt.float32, nodes[st.nodes[0]].outputs[0].storage.device, ck.scratch),) \
+                if ck.scratch else ()
+            for r in (ck.main, ck.combine):
+                if r is not None:
+                    out.append(Launch(compile_kernel(r), r.grid, r.meta, st.args, st.outputs, st.refs, scratch=scratch))
+            continue
         if isinstance(st, KernelStep):
             try:
                 r = render.kernel_source(st.kernel, f"braze_t{n}")
@@ -191,6 +211,10 @@ def run(steps: Sequence[Launch], nodes: Sequence[Any], storages: Sequence[Any]) 
         else:
             args = [arg(storages[k], 0 if r is None else fused.operand(nodes[r[0]], r[1]).layout.offset)
                     for k, r in zip(step.args, step.refs)]
+        for sc in step.scratch:
+            if sc.array is None:
+                sc.array = memory.allocate(sc.dtype.np, sc.numel, "kernel")
+            args.append(arg(sc))
         if 0 in step.grid:
             continue
         err = np.tile(np.array([0, _I64.max, _I64.min], np.int64), len(step.checks)) if step.checks else None
