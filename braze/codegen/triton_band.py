@@ -77,9 +77,7 @@ def linear(e: ir.Expr, j: int) -> Linear | None:
             if isinstance(y, ir.Const):
                 a = linear(x, j)
                 return None if a is None else _times(a, int(y.value))
-    if ir.uses_inner(e, j) or any(isinstance(n, (ir.Dot, ir.Acc, ir.Var)) for n in ir.walk(e)):
-        return None
-    return 0, 0, ((1, e),)
+    return (0, 0, ((1, e),)) if _row_constant(e, j) else None
 
 
 def _plus(a: Linear, b: Linear) -> Linear:
@@ -93,21 +91,31 @@ def _times(a: Linear, m: int) -> Linear:
 _CMP = ("lt", "le", "gt", "ge")
 
 
-def atoms(filled: ir.Expr, j: int, negate: bool = False) -> list[Atom] | None:
-    """``filled`` (negated) as an OR of atoms, or None when it is not one."""
+def _row_constant(e: ir.Expr, j: int) -> bool:
+    return not ir.uses_inner(e, j) and not any(isinstance(n, (ir.Dot, ir.Acc, ir.Var)) for n in ir.walk(e))
+
+
+def atoms(filled: ir.Expr, j: int, guards: list[ir.Expr], negate: bool = False) -> list[Atom] | None:
+    """``filled`` (negated) as an OR of atoms, or None when it is not one. A mask made
+    as numbers (``ones(n, n).triu(1) != 0``: ``where(c, 1, 0) != 0``) is ``c`` when the
+    branch values compare as they must, which ``guards`` gets (bool expressions constant
+    along the row, to hold in every row when the kernel runs)."""
     if isinstance(filled, ir.Const) and filled.dtype is dt.bool_:
         return [] if bool(filled.value) == negate else None
     if not isinstance(filled, ir.Op):
         return None
     name, args = filled.name, filled.args
+    if name in ("logical_not", "cast") and args[0].dtype is not dt.bool_:  # a number's truth: x == 0, x != 0
+        test = ir.Op("eq" if name == "logical_not" else "ne", (args[0], ir.Const(0, args[0].dtype)), dt.bool_)
+        return atoms(test, j, guards, negate)
     if name == "logical_not":
-        return atoms(args[0], j, not negate)
-    if name == "cast" and filled.dtype is dt.bool_ and args[0].dtype is dt.bool_:
-        return atoms(args[0], j, negate)
+        return atoms(args[0], j, guards, not negate)
+    if name == "cast" and filled.dtype is dt.bool_:
+        return atoms(args[0], j, guards, negate)
     if name in ("logical_or", "logical_and") and all(a.dtype is dt.bool_ for a in args):
         if (name == "logical_or") == negate:  # an AND of atoms (or a negated OR) is no band
             return None
-        left, right = atoms(args[0], j, negate), atoms(args[1], j, negate)
+        left, right = atoms(args[0], j, guards, negate), atoms(args[1], j, guards, negate)
         return None if left is None or right is None else left + right
     if name in ("eq", "ne") and args[0].dtype is dt.bool_:
         x, c = args
@@ -116,12 +124,30 @@ def atoms(filled: ir.Expr, j: int, negate: bool = False) -> list[Atom] | None:
         if not isinstance(c, ir.Const):
             return None
         flip = bool(c.value) != (name == "eq")  # x == False, x != True: not x
-        return atoms(x, j, negate != flip)
-    if name in _CMP:
-        a, b = linear(args[0], j), linear(args[1], j)
-        if a is None or b is None:
+        return atoms(x, j, guards, negate != flip)
+    if name in ("eq", "ne"):
+        w, x = args
+        if isinstance(x, ir.Op) and x.name == "where":
+            w, x = x, w
+        if not (isinstance(w, ir.Op) and w.name == "where") or not all(_row_constant(e, j) for e in (x, *w.args[1:])):
             return None
-        coef, const, terms = _plus(a, _times(b, -1))  # a - b
+        # where(c, a, b) cmp x is c where (a cmp x) holds and (b cmp x) does not, not c
+        # the other way round: which one, from the values when they are constants (an x
+        # that is an argument guessed 0: ``mask != 0``), checked when the kernel runs
+        c, a, b = w.args
+        guess = x.value if isinstance(x, ir.Const) else 0
+        yes = [(v.value == guess) == (name == "eq") if isinstance(v, ir.Const) else None for v in (a, b)]
+        if yes[0] is not None and yes[0] == yes[1]:
+            return None
+        direct = yes[0] is not False and yes[1] is not True
+        holds, fails = (a, b) if direct else (b, a)
+        guards += [ir.Op(name, (holds, x), dt.bool_), ir.Op("logical_not", (ir.Op(name, (fails, x), dt.bool_),), dt.bool_)]
+        return atoms(c, j, guards, negate if direct else not negate)
+    if name in _CMP:
+        la, lb = linear(args[0], j), linear(args[1], j)
+        if la is None or lb is None:
+            return None
+        coef, const, terms = _plus(la, _times(lb, -1))  # a - b
         if coef == 0:
             return None
         atom = {"ge": Atom(coef, const, terms), "gt": Atom(coef, const - 1, terms),

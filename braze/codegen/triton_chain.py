@@ -53,6 +53,9 @@ from .triton_band import FDIV, atoms, band_lines, fill_is_identity
 GPU_TILE = {64: (128, 128, 8, 3), 128: (128, 64, 8, 3), 256: (64, 32, 8, 2)}
 #: under Triton's interpreter: small tiles, so that small tests cross tile and block edges
 INTERPRET_TILE = (32, 32, 4, 1)
+#: render for Triton's interpreter (tiles, bfloat16 dots)? None: as ``cuda_probe`` says the
+#: cuda device runs (the GPU tests set False to compile what a GPU would run)
+INTERPRETER: bool | None = None
 #: split the keys when fewer programs than this would run (about two per SM of an H100)...
 SPLIT_PROGRAMS = 264
 #: ...giving each split at least this many key tiles
@@ -86,13 +89,17 @@ class ChainKernels:
     scratch: int
 
 
+def _interpreting() -> bool:
+    from ..runtime.cuda_probe import interpreting
+    return interpreting() if INTERPRETER is None else INTERPRETER
+
+
 def _dot_native(d: dt.DType) -> bool:
     """Does ``d`` go into ``tl.dot`` as it is? Half types do, except bfloat16 under
     Triton's interpreter, whose dot multiplies a bfloat16 tile's uint16 bits as numbers
     (``create_dot``, Triton 3.9): there it is converted to float32 first (the GPU's
     numerics, weights rounded to bfloat16 included, are kept)."""
-    from ..runtime.cuda_probe import interpreting
-    return d.is_half and not (d is dt.bfloat16 and interpreting())
+    return d.is_half and not (d is dt.bfloat16 and _interpreting())
 
 
 def _pow2(n: int, least: int = 16) -> int:
@@ -100,11 +107,10 @@ def _pow2(n: int, least: int = 16) -> int:
 
 
 def _tile(rows: int, d: int) -> tuple[int, int, int, int]:
-    from ..runtime.cuda_probe import interpreting
     env = os.environ.get("BRAZE_TRITON_CHAIN", "").strip()
     if env:
         bm, bn, warps, stages = (int(x) for x in env.split(","))
-    elif interpreting():
+    elif _interpreting():
         bm, bn, warps, stages = INTERPRET_TILE
     else:
         bm, bn, warps, stages = GPU_TILE[min((h for h in GPU_TILE if h >= d), default=256)]
@@ -206,7 +212,9 @@ class _Chain:
         # the mask as a band of keys: skipped tiles, and tiles computed without it
         self.skip = _skip_rule(k, dot, no)
         self.score = _score_node(k, dot)
-        self.atoms = atoms(self.skip.filled, no) if self.skip is not None and self.skip.bias is None else None
+        self.guards: list[ir.Expr] = []  # what the band needs of the mask's values, checked when it runs
+        self.atoms = atoms(self.skip.filled, no, self.guards) if self.skip is not None and self.skip.bias is None \
+            else None
         self.skippable = self.atoms is not None and self.skip is not None and fill_is_identity(k, self.skip.score)
         programs = self.blocks * self.n_batch
         self.splits = 1
@@ -396,18 +404,28 @@ class _Chain:
             return v
         lines = band_lines(self.atoms, row_value, self.n, ind)
         out += [ind + x for x in r.take()] + lines
+
+        def every_row(conds: list[str]) -> str:
+            both = " & ".join(f"({x} != 0)" for x in conds)
+            return f"tl.min(({both}).to(tl.int32) + tl.zeros([BM], tl.int32), axis=0) != 0"
+        guards = [r.expr(g) for g in self.guards]
+        out += [ind + x for x in r.take()]
+        out.append(f"{ind}band_ok = {every_row(guards) if guards else 'tl.full([], 1, tl.int1)'}")
         bn = self.bn
         if self.skippable:
             assert self.skip is not None
             f = r.expr(self.skip.fill)
             out += [ind + x for x in r.take()]
-            out += [f"{ind}fill_ok = tl.min((({f}) + tl.zeros([BM], tl.float32) == -float('inf')).to(tl.int32), axis=0) != 0",
+            fill_inf = every_row([f"{f} == -float('inf')"])
+            out += [f"{ind}fill_ok = band_ok & ({fill_inf})",
                     f"{ind}lo = tl.where(fill_ok, band_jl // {bn}, 0)",
                     f"{ind}hi = tl.maximum(tl.where(fill_ok, (band_jh + {bn - 1}) // {bn}, {nt}), lo)"]
         else:
             out += [f"{ind}lo = tl.zeros([], tl.int64)", f"{ind}hi = tl.full([], {nt}, tl.int64)"]
-        out += [f"{ind}a = tl.minimum(tl.maximum((band_nl + {bn - 1}) // {bn}, lo), hi)",
-                f"{ind}b = tl.minimum(tl.maximum(tl.where(band_nh >= {self.n}, {nt}, band_nh // {bn}), a), hi)"]
+        # (no tile is known unmasked when the guards fail: every one is masked)
+        out += [f"{ind}a = tl.where(band_ok, tl.minimum(tl.maximum((band_nl + {bn - 1}) // {bn}, lo), hi), lo)",
+                f"{ind}b = tl.minimum(tl.maximum(tl.where(band_nh >= {self.n}, {nt}, band_nh // {bn}), a), hi)",
+                f"{ind}b = tl.where(band_ok, b, lo)"]
 
         def clip(x: str, y: str) -> tuple[str, str]:
             return (f"tl.maximum({x}, {s0})", f"tl.minimum({y}, {s1})") if split else (x, y)

@@ -72,14 +72,19 @@ def _compiled_for_gpu(tmp: Path) -> Any:
     return compile_kernel
 
 
-@pytest.mark.requires_gpu
-def test_generated_kernels_on_the_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def on_the_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Make the cuda device's kernels compile for the GPU, each launch staged."""
     from cuda.bindings import driver
     _ok(driver.cuInit(0))
     ctx = _ok(driver.cuDevicePrimaryCtxRetain(_ok(driver.cuDeviceGet(0))))
     _ok(driver.cuCtxSetCurrent(ctx))
     runtime.clear()
     monkeypatch.setattr(runtime, "compile_kernel", _compiled_for_gpu(tmp_path))
+
+
+@pytest.mark.requires_gpu
+def test_generated_kernels_on_the_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    on_the_gpu(monkeypatch, tmp_path)
     rng = np.random.default_rng(3)
     x = rng.standard_normal((6, 300)).astype(np.float32)
     for fn, tol in ((lambda t: braze.softmax(t * 2.0, -1), 1e-5),

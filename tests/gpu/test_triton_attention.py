@@ -7,6 +7,7 @@ tiles), and small, as the interpreter is slow."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -52,6 +53,20 @@ def masked_fill_triu(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return braze.softmax((q @ k.mT * q.shape[-1] ** -0.5).masked_fill(hidden, -math.inf), -1) @ v
 
 
+def tril_eq_0(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """nanoGPT's ``masked_fill(tril == 0, -inf)``, the tril made in the step."""
+    keep = braze.ones(q.shape[-2], k.shape[-2], device=q.device).tril()
+    return braze.softmax((q @ k.mT * q.shape[-1] ** -0.5).masked_fill(keep == 0, -math.inf), -1) @ v
+
+
+def mask_of_twos(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """``where(j <= i, 2, 3) != 2``: causal, but seen as a band of ``j <= i`` only if
+    ``2 != 2`` does not hold: the kernel finds it does when it runs, and masks every tile."""
+    i, j = _ij(q, k)
+    hidden = braze.where(j <= i, 2.0, 3.0) != 2.0
+    return braze.softmax((q @ k.mT).masked_fill(hidden, -math.inf), -1) @ v
+
+
 def sliding_window(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     i, j = _ij(q, k)
     hidden = (j > i) | (i - j >= 40)
@@ -74,8 +89,13 @@ def gqa_sdpa(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True)
 
 
+def decode(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+
 VARIANTS: dict[str, tuple[Callable[..., Tensor], int]] = {
     "plain": (plain, H), "sdpa": (sdpa, H), "sdpa_causal": (sdpa_causal, H), "masked_fill_triu": (masked_fill_triu, H),
+    "tril_eq_0": (tril_eq_0, H), "mask_of_twos": (mask_of_twos, H),
     "sliding_window": (sliding_window, H), "additive_triu_input": (additive_triu_input, H),
     "repeat_kv": (repeat_kv, HKV), "gqa_sdpa": (gqa_sdpa, HKV)}
 
@@ -126,10 +146,7 @@ def test_bfloat16_inputs_go_straight_into_the_dots(monkeypatch: pytest.MonkeyPat
 def test_decoding_splits_the_keys_and_combines(dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """One query row per head against 300 keys (ten tiles), GQA: the keys are split
     across programs and a second kernel combines their partial results (2 launches)."""
-    def fn(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-
-    got, ref = _one_chain(monkeypatch, fn, _qkv(n_q=1, n_kv=300, hkv=HKV), 2, getattr(braze, dtype))
+    got, ref = _one_chain(monkeypatch, decode, _qkv(n_q=1, n_kv=300, hkv=HKV), 2, getattr(braze, dtype))
     np.testing.assert_allclose(got, ref, atol=2e-5 if dtype == "float32" else 2e-2, rtol=0)
 
 
@@ -158,6 +175,22 @@ def test_rows_that_see_no_key_or_inf_scores_give_what_the_reference_gives(monkey
     np.testing.assert_allclose(got, ref, atol=2e-5, rtol=0)
 
 
+def test_causal_blocks_skip_the_key_tiles_they_cannot_see(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A causal mask is a band: the first block of query rows (0-31) never reads the
+    last key tile, as FlashAttention does not. A nan in the last key's value shows it:
+    the reference multiplies it by a weight of 0 (nan for every row), the fused kernel
+    gives the first rows' finite values, the rows that see the key nan."""
+    q, k, v = _qkv()
+    v[0, :, N - 1, 0] = np.nan
+    got, ref = _one_chain(monkeypatch, masked_fill_triu, [q, k, v])
+    assert np.isnan(ref).any(axis=-1).all()
+    assert np.isfinite(got[:, :, :32]).all() and np.isnan(got[:, :, N - 1, 0]).all()
+    monkeypatch.setenv("BRAZE_FUSION", "0")
+    v[0, :, N - 1, 0] = 0.0
+    want = masked_fill_triu(*(braze.tensor(x) for x in (q, k, v))).numpy()
+    np.testing.assert_allclose(got[:, :, :32], want[:, :, :32], atol=2e-5, rtol=0)
+
+
 def test_a_chain_the_renderer_lacks_runs_without_chains(monkeypatch: pytest.MonkeyPatch) -> None:
     """Keys and values read through a block table (a gather inside the chain): not
     rendered as one kernel yet, so the flush is scheduled without chain kernels (a
@@ -177,3 +210,21 @@ def test_a_chain_the_renderer_lacks_runs_without_chains(monkeypatch: pytest.Monk
         _one_chain(monkeypatch, fn, [q, pool_k, pool_v, table])
     got, ref = on_both(monkeypatch, fn, q, pool_k, pool_v, table)
     np.testing.assert_allclose(got, ref, atol=2e-5, rtol=0)
+
+
+@pytest.mark.requires_gpu
+def test_chain_kernels_compile_and_agree_on_the_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The chain kernels a GPU runs (its tiles, bfloat16 straight into the dots),
+    compiled for it and run with staged buffers (``test_on_gpu``): causal GQA in
+    float32 and bfloat16, and a decoding step's split keys."""
+    from braze.codegen import triton_chain
+
+    from .test_on_gpu import on_the_gpu
+    on_the_gpu(monkeypatch, tmp_path)
+    monkeypatch.setattr(triton_chain, "INTERPRETER", False)
+    for arrays, dtype, launches, atol in ((_qkv(n_kv=300, n_q=300, hkv=HKV, d=64), braze.float32, 1, 2e-5),
+                                          (_qkv(n_kv=300, n_q=300, hkv=HKV, d=128), braze.bfloat16, 1, 3e-2),
+                                          (_qkv(n_kv=3000, n_q=1, hkv=HKV, d=128), braze.bfloat16, 2, 3e-2)):
+        fn = gqa_sdpa if launches == 1 else decode
+        got, ref = _one_chain(monkeypatch, fn, arrays, launches, dtype)
+        np.testing.assert_allclose(got, ref, atol=atol, rtol=0)
