@@ -1,9 +1,9 @@
 """The cuda device's executor: the same scheduler, kernels rendered as Triton, launched.
 
 A flush of the cuda stream is scheduled by ``schedule/fuse.py`` as on the CPU, with
-braze's C library kernels (attention chains, quantized matmuls, top-k) left out: their
-nodes stay nodes. Each kernel is rendered by ``codegen/triton.py``, each matmul node by
-``codegen/triton_gemm.py``; anything else (another extern op, a kernel part the
+braze's C library kernels (quantized matmuls, top-k) left out: their nodes stay nodes.
+Each kernel is rendered by ``codegen/triton.py``, each attention chain by
+``codegen/triton_chain.py``, each matmul node by ``codegen/triton_gemm.py``; anything else (another extern op, a kernel part the
 renderer does not have yet) is refused before anything runs, with ``Unsupported``
 naming the op: never a silent host round trip. A plan is kept per stream form and
 liveness, as ``plan.py`` keeps the C ones (in this process; the sources are cached on
