@@ -51,6 +51,9 @@ from .triton_band import FDIV, atoms, band_lines, fill_is_identity
 #: query rows x keys per tile, warps and pipeline stages on a GPU, by head dim: FlashAttention's
 #: usual shapes (``BRAZE_TRITON_CHAIN="bm,bn,warps,stages"`` overrides them, to tune on a GPU)
 GPU_TILE = {64: (128, 128, 8, 3), 128: (128, 64, 8, 3), 256: (64, 32, 8, 2)}
+#: float32 inputs (IEEE dots, emulated: 128 x 128 tiles take minutes to compile and all
+#: of an H100's shared memory)
+FLOAT32_TILE = (64, 32, 4, 2)
 #: under Triton's interpreter: small tiles, so that small tests cross tile and block edges
 INTERPRET_TILE = (32, 32, 4, 1)
 #: render for Triton's interpreter (tiles, bfloat16 dots)? None: as ``cuda_probe`` says the
@@ -106,16 +109,21 @@ def _pow2(n: int, least: int = 16) -> int:
     return max(least, 1 << max(0, (n - 1).bit_length()))
 
 
-def _tile(rows: int, d: int) -> tuple[int, int, int, int]:
+def _tile(rows: int, d: int, native: bool) -> tuple[int, int, int, int]:
+    """(rows, keys, warps, stages) of a program's tiles; ``native``: half inputs go
+    straight into the dots (float32 ones at IEEE precision are many FMAs: small tiles)."""
     env = os.environ.get("BRAZE_TRITON_CHAIN", "").strip()
     if env:
         bm, bn, warps, stages = (int(x) for x in env.split(","))
     elif _interpreting():
         bm, bn, warps, stages = INTERPRET_TILE
+    elif not native:
+        bm, bn, warps, stages = FLOAT32_TILE
     else:
         bm, bn, warps, stages = GPU_TILE[min((h for h in GPU_TILE if h >= d), default=256)]
     if rows < bm:  # decoding: a block as small as the dot allows
-        bm, warps = _pow2(rows), 4
+        bm = _pow2(rows)
+        warps = 4 if bm <= 64 else warps
     return bm, bn, warps, stages
 
 
@@ -199,16 +207,16 @@ class _Chain:
             raise NotRendered(f"{self.n_batch} batch elements (a grid dim holds 65535)")
         self.d, self.e = dot.length, c.size
         self.bd, self.be = _pow2(self.d), _pow2(self.e)
-        self.bm, self.bn, self.warps, self.stages = _tile(self.rows, self.bd)
-        self.blocks = -(-self.rows // self.bm)
-        self.ntiles = -(-n // self.bn)
-        self.tail = n % self.bn != 0
         half_qk = dot.a.dtype is dot.b.dtype and _dot_native(dot.a.dtype)
         self.qk_precision = "" if half_qk else ', input_precision="ieee"'
         self.qk_cast = "" if half_qk else ".to(tl.float32)"
         self.v_half = _dot_native(c.v.dtype)
         #: weights rounded to the values' half type as they would be going into the dot
         self.w_round = f".to({TL[c.v.dtype.name]}).to(tl.float32)" if c.v.dtype.is_half and not self.v_half else ""
+        self.bm, self.bn, self.warps, self.stages = _tile(self.rows, self.bd, half_qk and self.v_half)
+        self.blocks = -(-self.rows // self.bm)
+        self.ntiles = -(-n // self.bn)
+        self.tail = n % self.bn != 0
         # the mask as a band of keys: skipped tiles, and tiles computed without it
         self.skip = _skip_rule(k, dot, no)
         self.score = _score_node(k, dot)
@@ -269,7 +277,7 @@ class _Chain:
         for c in reversed(self.row_dims):
             lines += [f"    o{c} = {rest} % {k.outer[c]}", f"    o{c}c = o{c}[:, None]", f"    p{c} = {rest} // {k.outer[c]}"]
             rest = f"p{c}"
-        lines += ["    dq = tl.arange(0, BD).to(tl.int64)", "    de = tl.arange(0, BE).to(tl.int64)",
+        lines += ["    zero = tl.zeros([], tl.int64)", "    dq = tl.arange(0, BD).to(tl.int64)", "    de = tl.arange(0, BE).to(tl.int64)",
                   "    jb = tl.arange(0, BN).to(tl.int64)"]
         return lines
 
@@ -384,7 +392,8 @@ class _Chain:
                 body.append(f"o = tl.dot(({w}).to(vt.dtype), vt, acc={oc})")
             else:
                 body.append(f"o = tl.dot(({w}){self.w_round}, vt.to(tl.float32), acc={oc}, input_precision=\"ieee\")")
-        return [f"{ind}for t in range({lo}, {hi}):"] + [f"{ind}    {b}" for b in body]
+        # (int64 bounds for every walk: a loop's variables keep one type across the kernel)
+        return [f"{ind}for t in range(({lo}) + zero, ({hi}) + zero):"] + [f"{ind}    {b}" for b in body]
 
     def main_loops(self, ind: str, split: bool) -> list[str]:
         """The rolling pass over this program's key tiles (its split's, with ``split``)."""
@@ -406,7 +415,7 @@ class _Chain:
         out += [ind + x for x in r.take()] + lines
 
         def every_row(conds: list[str]) -> str:
-            both = " & ".join(f"({x} != 0)" for x in conds)
+            both = " & ".join(f"(({x}) != 0)" for x in conds)
             return f"tl.min(({both}).to(tl.int32) + tl.zeros([BM], tl.int32), axis=0) != 0"
         guards = [r.expr(g) for g in self.guards]
         out += [ind + x for x in r.take()]
