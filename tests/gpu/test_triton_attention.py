@@ -148,6 +148,13 @@ def test_decoding_splits_the_keys_and_combines(dtype: str, monkeypatch: pytest.M
     across programs and a second kernel combines their partial results (2 launches)."""
     got, ref = _one_chain(monkeypatch, decode, _qkv(n_q=1, n_kv=300, hkv=HKV), 2, getattr(braze, dtype))
     np.testing.assert_allclose(got, ref, atol=2e-5 if dtype == "float32" else 2e-2, rtol=0)
+    if dtype == "float32":  # a sliding window: each split walks its part of the band's tiles
+
+        def window(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            mask = F.causal_mask(1, 300, offset=299, window=100, device=q.device)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        got, ref = _one_chain(monkeypatch, window, _qkv(n_q=1, n_kv=300, hkv=HKV), 2)
+        np.testing.assert_allclose(got, ref, atol=2e-5, rtol=0)
 
 
 def test_rows_that_see_no_key_or_inf_scores_give_what_the_reference_gives(monkeypatch: pytest.MonkeyPatch) -> None:
