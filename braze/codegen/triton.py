@@ -25,8 +25,9 @@ smallest and the largest bad value), which the runtime reads after the kernel.
 A scan (``cumsum``) walks its row in order, each block's ``tl.cumsum`` on top of the
 sum of the blocks before it.
 
-What it does not render yet raises ``NotRendered`` naming it (scatters, chain kernels, the quantized and top-k library kernels); the runtime turns that into a
-typed error naming the op (``runtime/cuda.py``).
+What it does not render yet raises ``NotRendered`` naming it (scatters, the quantized and
+top-k library kernels; chain kernels are ``triton_chain.py``'s); the runtime turns that
+into a typed error naming the op (``runtime/cuda.py``).
 """
 
 from __future__ import annotations

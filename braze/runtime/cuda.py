@@ -1,9 +1,9 @@
 """The cuda device's executor: the same scheduler, kernels rendered as Triton, launched.
 
 A flush of the cuda stream is scheduled by ``schedule/fuse.py`` as on the CPU, with
-braze's C library kernels (attention chains, quantized matmuls, top-k) left out: their
-nodes stay nodes. Each kernel is rendered by ``codegen/triton.py``, each matmul node by
-``codegen/triton_gemm.py``; anything else (another extern op, a kernel part the
+braze's C library kernels (quantized matmuls, top-k) left out: their nodes stay nodes.
+Each kernel is rendered by ``codegen/triton.py``, each attention chain by
+``codegen/triton_chain.py``, each matmul node by ``codegen/triton_gemm.py``; anything else (another extern op, a kernel part the
 renderer does not have yet) is refused before anything runs, with ``Unsupported``
 naming the op: never a silent host round trip. A plan is kept per stream form and
 liveness, as ``plan.py`` keeps the C ones (in this process; the sources are cached on
@@ -29,10 +29,14 @@ import numpy as np
 
 from .. import plan as fused
 from ..codegen import triton as render
+from ..codegen import triton_chain
 from ..codegen.triton_extern import EXTERN
+from .. import dtypes as dt
 from .. import ir
 from ..errors import IndexOutOfRange, Unsupported
 from ..schedule import ExternStep, KernelStep, schedule
+from ..schedule.fuse import refuse
+from ..storage import Storage
 from ..stats import COUNTERS
 from ..stream import NodeQueue, set_cuda_executor
 from . import cpu, cuda_memory
@@ -201,6 +205,8 @@ class Launch:
     node: int = -1
     #: a gathering kernel's bounds checks: per check, the (node, op, dim) a bad index names
     checks: tuple[tuple[int, str, int], ...] = ()
+    #: buffers of the plan's own, passed after the arguments (split-K's partial results)
+    scratch: tuple[Storage, ...] = ()
 
 
 @dataclass
@@ -240,12 +246,26 @@ def _refuse(ops: Sequence[str], what: str) -> Unsupported:
                                                       "run it on the CPU (.to('cpu'))")
 
 
-def build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int]) -> list[Launch]:
+def build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int], chains: bool = True) -> list[Launch]:
     """Schedule a flush and render and compile each of its steps; ``Unsupported``
-    naming the op for a step the backend cannot run yet, before anything runs."""
-    sched = schedule(nodes, key_of, set(live), library=False)
+    naming the op for a step the backend cannot run yet, before anything runs. A chain
+    kernel the Triton renderer lacks a part of has the flush scheduled again without
+    chains (its matmuls as GEMMs; ``BRAZE_DEBUG=1`` says why), every launch counted."""
+    sched = schedule(nodes, key_of, set(live), library=False, chains=chains)
     out: list[Launch] = []
     for n, st in enumerate(sched.steps):
+        if isinstance(st, KernelStep) and triton_chain.is_chain(st.kernel):
+            try:
+                ck = triton_chain.chain_kernels(st.kernel, f"braze_a{n}")
+            except render.NotRendered as e:
+                refuse(nodes[st.nodes[0]], f"not a chain kernel on cuda: {e.what}")
+                return build(nodes, key_of, live, chains=False)
+            scratch = (Storage(dt.float32, nodes[st.nodes[0]].outputs[0].storage.device, ck.scratch),) \
+                if ck.scratch else ()
+            for r in (ck.main, ck.combine):
+                if r is not None:
+                    out.append(Launch(compile_kernel(r), r.grid, r.meta, st.args, st.outputs, st.refs, scratch=scratch))
+            continue
         if isinstance(st, KernelStep):
             try:
                 r = render.kernel_source(st.kernel, f"braze_t{n}")
@@ -277,8 +297,13 @@ def _arguments(step: Launch, nodes: Sequence[Any], storages: Sequence[Any]) -> l
     if step.node >= 0:
         node = nodes[step.node]
         return [operand_arg(o) for o in (*node.inputs, *node.outputs)]
-    return [arg(storages[k], 0 if r is None else fused.operand(nodes[r[0]], r[1]).layout.offset)
+    args = [arg(storages[k], 0 if r is None else fused.operand(nodes[r[0]], r[1]).layout.offset)
             for k, r in zip(step.args, step.refs)]
+    for sc in step.scratch:  # the plan's own buffers: the same ones every run
+        if sc.array is None:
+            sc.array = cuda_memory.allocate(sc.dtype.np, sc.numel, "kernel")
+        args.append(arg(sc))
+    return args
 
 
 def run(plan: Plan, nodes: Sequence[Any], storages: Sequence[Any]) -> None:

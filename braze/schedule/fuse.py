@@ -69,12 +69,16 @@ class Schedule:
 
 
 class Scheduler:
-    def __init__(self, nodes: Sequence[Any], key_of: dict[int, Key], live: set[Key], library: bool = True) -> None:
+    def __init__(self, nodes: Sequence[Any], key_of: dict[int, Key], live: set[Key], library: bool = True,
+                 chains: bool | None = None) -> None:
         self.nodes = nodes
-        #: the target renders braze's library kernels (attention chains, quantized matmuls
-        #: and row gathers, top-k): the C backend does; the Triton one does not yet, so
-        #: there those nodes stay nodes of their own (extern steps)
+        #: the target renders braze's library kernels (quantized matmuls and row gathers,
+        #: top-k): the C backend does; the Triton one does not yet, so there those nodes
+        #: stay nodes of their own (extern steps)
         self.library = library
+        #: the target renders chain kernels (attention from user code): the C backend and
+        #: the Triton one (``codegen/triton_chain.py``); by default as ``library``
+        self.chains = library if chains is None else chains
         self.key_of = key_of  # id(storage) -> relative key
         self.live = live
         self.groups: list[Group] = []
@@ -112,7 +116,7 @@ class Scheduler:
                 if self.claimed[i].last == i:
                     self.chain_end(self.claimed[i])
                 continue
-            if node.op.name == "matmul" and self.library and self.chain_start(i, node):
+            if node.op.name == "matmul" and self.chains and self.chain_start(i, node):
                 continue
             if node.op.name == "cat" and self.cat(i, node):
                 continue
@@ -761,6 +765,8 @@ def _onto(layout: Layout, v: Value) -> tuple[int | None, ...] | None:
     return tuple(next(coords) if n != 1 else None for n in layout.shape)
 
 
-def schedule(nodes: Sequence[Any], key_of: dict[int, Key], live: set[Key], library: bool = True) -> Schedule:
-    """``library``: whether the target renders braze's library kernels (``Scheduler.library``)."""
-    return Scheduler(nodes, key_of, live, library).run()
+def schedule(nodes: Sequence[Any], key_of: dict[int, Key], live: set[Key], library: bool = True,
+             chains: bool | None = None) -> Schedule:
+    """``library``: whether the target renders braze's library kernels (``Scheduler.library``);
+    ``chains``: whether it renders chain kernels (``Scheduler.chains``, by default as ``library``)."""
+    return Scheduler(nodes, key_of, live, library, chains).run()
