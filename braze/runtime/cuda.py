@@ -22,7 +22,7 @@ import importlib.util
 import os
 import sys
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -207,6 +207,33 @@ class Launch:
     checks: tuple[tuple[int, str, int], ...] = ()
     #: buffers of the plan's own, passed after the arguments (split-K's partial results)
     scratch: tuple[Storage, ...] = ()
+    #: on a GPU, the kernel Triton compiled for this launch, by its pointers' 16-byte
+    #: alignment (what Triton specialises them on): launched without Triton's per-call
+    #: argument binding and cache lookup
+    compiled: dict[tuple[bool, ...], Any] = field(default_factory=dict)
+
+    def launch(self, args: list[Any]) -> None:
+        """Launch over ``args``: through Triton's launcher the first time per alignment,
+        then straight through the compiled kernel (its parameters in order, the
+        constexprs after the buffers, as Triton passes them)."""
+        global _direct
+        if not _direct:
+            self.fn[self.grid](*args, **self.meta)
+            return
+        key = tuple(a.data_ptr() % 16 == 0 for a in args)
+        kernel = self.compiled.get(key)
+        if kernel is None:
+            self.compiled[key] = self.fn[self.grid](*args, **self.meta)
+            return
+        try:
+            kernel[self.grid](*args, *(self.meta[p.name] for p in self.fn.params if p.is_constexpr))
+        except (TypeError, AttributeError, KeyError):  # another Triton's calling convention: its launcher, always
+            _direct = False
+            self.fn[self.grid](*args, **self.meta)
+
+
+#: launch compiled kernels directly (off once a Triton's convention differs from the one assumed)
+_direct = True
 
 
 @dataclass
@@ -330,13 +357,18 @@ def run(plan: Plan, nodes: Sequence[Any], storages: Sequence[Any]) -> None:
                 a.append(_slice_arg(err, 3 * at))
                 at += len(st.checks)
 
+    gpu = cuda_memory.on_gpu()
+
     def launch(count: bool) -> None:
         for st, a in zip(steps, args):
             COUNTERS["kernel_launches"] += count
-            st.fn[st.grid](*a, **st.meta)
+            if gpu:
+                st.launch(a)
+            else:
+                st.fn[st.grid](*a, **st.meta)
 
     with np.errstate(all="ignore"):  # the interpreter computes in numpy: IEEE results, quietly
-        if cuda_memory.on_gpu():
+        if gpu:
             plan.graphs.run(tuple(x.data_ptr() for a in args for x in a), launch, len(steps))
         else:
             launch(True)
