@@ -52,11 +52,19 @@ def _check_max_tokens(args: argparse.Namespace, loaded: Any) -> None:
         raise InvalidArgument("--max-tokens", f"{args.max_tokens} is beyond the model's context of {ctx} tokens")
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
-    from .generate import GenerationStats, generate_text
+def _load(args: argparse.Namespace) -> Any:
+    """The model of ``--model``, moved to ``--device``."""
     from .models import load_llm
     loaded = load_llm(args.model)
     _check_max_tokens(args, loaded)
+    if args.device != "cpu":
+        loaded.model.to(args.device)
+    return loaded
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .generate import GenerationStats, generate_text
+    loaded = _load(args)
     gs = GenerationStats()
     for piece in generate_text(loaded.model, loaded.tokenizer, args.prompt, args.max_tokens, _sampling(args),
                                stop=args.stop or (), stats=gs, chat=args.chat):
@@ -83,9 +91,7 @@ def _read_line(stream: Any) -> str:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from .generate import GenerationStats, generate_ids
-    from .models import load_llm
-    loaded = load_llm(args.model)
-    _check_max_tokens(args, loaded)
+    loaded = _load(args)
     tok, model = loaded.tokenizer, loaded.model
     messages: list[dict[str, str]] = []
     if args.system:
@@ -267,6 +273,8 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat-penalty", type=A.repeat_penalty, default=1.0, help="repetition penalty > 0 (1: off)")
     p.add_argument("--seed", type=A.seed, default=None, help="seed for sampling (a non-negative integer)")
     p.add_argument("--stats", action="store_true", help="print load time, tokens/s and peak memory")
+    p.add_argument("--device", type=A.device, default="cpu",
+                   help="where the model runs: cpu (default) or cuda (a GPU, or BRAZE_CUDA_INTERPRET=1)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -60,6 +60,17 @@ port = integer(0, 65535)
 queue_limit = integer(1, 1 << 20)
 
 
+def device(value: str) -> str:
+    """A device a model can run on ("cpu", "cuda"): refused here, before the model is
+    loaded, where braze does not know it or it cannot run on this machine."""
+    from .device import as_device
+    from .errors import BrazeError
+    try:
+        return str(as_device(value, "--device"))
+    except BrazeError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def api_key(value: str) -> str:
     """An API key: printable ASCII without spaces (it travels in an HTTP header)."""
     if not value or not all(33 <= ord(c) <= 126 for c in value):

@@ -17,8 +17,8 @@ from .device import CPU, as_device
 from .dtypes import DType, as_dtype
 from .errors import DtypeMismatch, ShapeMismatch, Unsupported
 from .layout import Layout
-from .runtime import memory
-from .storage import Storage
+from .runtime import cuda_memory, memory
+from .storage import Storage, placed
 from .tensor import Scalar, Tensor, _record, _record_on, _scalar_value, _shape_arg, from_numpy
 
 # -- creation ------------------------------------------------------------------------------
@@ -65,7 +65,7 @@ def tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     arr = np.require(arr, requirements="C")
     memory.check(arr.nbytes, "tensor")
     memory.adopt(arr)
-    return Tensor(Storage(d, dev, arr.size, arr.reshape(-1)), Layout.contiguous(arr.shape))
+    return Tensor(Storage(d, dev, arr.size, placed(dev, arr.reshape(-1), "tensor")), Layout.contiguous(arr.shape))
 
 
 def full(size: Any, fill_value: Scalar, *, dtype: Any = None, device: Any = None) -> Tensor:
@@ -90,8 +90,9 @@ def empty(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
     dev = as_device(device, "empty")
     shape = _shape_arg("empty", size)
     d = _creation_dtype(dtype, dt.float32)
-    arr = memory.allocate(d.np, prod(shape), "empty")
-    return Tensor(Storage(d, dev, arr.size, arr), Layout.contiguous(shape))
+    alloc = memory.allocate if dev.type == "cpu" else cuda_memory.allocate
+    arr = alloc(d.np, prod(shape), "empty")
+    return Tensor(Storage(d, dev, prod(shape), arr), Layout.contiguous(shape))
 
 
 def zeros_like(x: Tensor, *, dtype: Any = None) -> Tensor:

@@ -115,12 +115,18 @@ class DecodeStep:
     recorded and are watched (``capture.StepCapture``); from then on a step replays
     their fused plans with the position as a value: no ops are recorded, no Python of
     the model runs. If the step cannot be captured it keeps running as recorded (and
-    ``reason`` says why)."""
+    ``reason`` says why).
+
+    A model on another device (``model.to("cuda")``) runs each step as recorded, its
+    token copied there per step: the capture replays CPU plans only (on cuda a step's
+    flush finds its plan cached, and a GPU replays it as a CUDA graph)."""
 
     def __init__(self, model: Any, caches: list[Any], capture: bool = True) -> None:
         self.model, self.caches = model, caches
+        self.device = model_device(model)
         self.ids = np.zeros((1, 1), np.int64)
         self.ids_t = from_numpy(self.ids)
+        capture = capture and self.device == CPU
         # a model whose caches do not say their length has no position to capture by
         self.capture = StepCapture() if capture and caches and hasattr(caches[0], "length") else None
         self.prefill = PrefillStep(model, caches, capture)
@@ -161,7 +167,13 @@ class DecodeStep:
             return logits
         if cap is not None and not cap.reason:
             return cap.observe(self.caches[0].length, lambda: self.model(self.ids_t, self.caches)[0, -1])
-        return self.model(self.ids_t, self.caches)[0, -1].numpy()
+        ids = self.ids_t if self.device == CPU else tensor(self.ids, device=self.device)
+        return self.model(ids, self.caches)[0, -1].numpy()
+
+
+def model_device(model: Any) -> Any:
+    """Where a model's weights are (a model without a ``device``: the CPU)."""
+    return getattr(model, "device", CPU)
 
 
 def before_replay(model: Any, tokens: Sequence[int]) -> None:
@@ -204,8 +216,9 @@ class PrefillStep:
     with one call, no ops recorded, as a decoding step does. Prompts longer than the
     last bucket, or that do not fit the caches padded, run as they are, recorded; so does
     everything on the reference executor (``BRAZE_FUSION=0``), where padding would only
-    cost time. Up to 8 tokens a prompt takes the matrix-vector path (per row), past it the
-    tiled GEMM, whose cost is flat up to ~48 rows: hence the buckets."""
+    cost time, and on another device (no capture there yet). Up to 8 tokens a prompt
+    takes the matrix-vector path (per row), past it the tiled GEMM, whose cost is flat up
+    to ~48 rows: hence the buckets."""
 
     def __init__(self, model: Any, caches: list[Any], capture: bool = True) -> None:
         self.model, self.caches, self.capture = model, caches, capture
@@ -214,7 +227,8 @@ class PrefillStep:
     def bucket(self, n: int) -> int | None:
         """The padded length of an n-token prompt, or None where it runs unpadded."""
         c = self.caches[0] if self.caches else None
-        if c is None or not hasattr(c, "length") or c.length != 0 or not fusion_enabled():
+        if c is None or not hasattr(c, "length") or c.length != 0 or not fusion_enabled() \
+                or model_device(self.model) != CPU:
             return None
         return next((b for b in PREFILL_BUCKETS if n <= b <= c.max_len), None)
 
@@ -227,7 +241,8 @@ class PrefillStep:
         n = len(prompt_ids)
         b = self.bucket(n)
         if b is None:
-            return self.model(tensor([list(prompt_ids)]), self.caches, last_only=True)[0, -1].numpy()
+            prompt = tensor([list(prompt_ids)], device=model_device(self.model))
+            return self.model(prompt, self.caches, last_only=True)[0, -1].numpy()
         k = self.buckets.get(b)
         if k is None:
             ids, at = np.zeros((1, b), np.int64), np.zeros(1, np.int64)
@@ -253,7 +268,7 @@ IDLE_SESSIONS = 2  # idle sessions kept per model (each holds KV caches), the mo
 CACHE_BUCKET = 64  # KV caches are made in multiples of this many positions, so sessions are reused
 
 
-def _idle(model: Any) -> list[tuple[tuple[int, bool], DecodeStep]]:
+def _idle(model: Any) -> list[tuple[tuple[int, bool, Any], DecodeStep]]:
     """The model's idle sessions, kept on the model itself (so they go with it)."""
     return vars(model).setdefault("_idle_decode_sessions", [])
 
@@ -270,7 +285,7 @@ def decode_session(model: Any, max_len: int, capture: bool = True) -> Iterator[D
     ``clear_sessions(model)``."""
     ctx = model.config.context_length
     n = min(ctx, -(-max_len // CACHE_BUCKET) * CACHE_BUCKET) if max_len <= ctx else max_len
-    key = (n, capture)
+    key = (n, capture, model_device(model))  # (a model moved since keeps its old caches apart)
     idle = _idle(model)
     hit = next((i for i, (k, _) in enumerate(idle) if k == key), None)
     step = idle.pop(hit)[1] if hit is not None else DecodeStep(model, model.new_cache(n), capture)

@@ -17,7 +17,7 @@ from .dtypes import as_dtype
 from .errors import DtypeMismatch, InvalidArgument, OutOfMemory
 from .layout import Layout
 from .runtime import memory
-from .storage import Storage
+from .storage import Storage, placed
 from .tensor import Tensor, _shape_arg
 
 
@@ -67,7 +67,7 @@ def _wrap(arr: np.ndarray, dtype: dt.DType, device: Device = CPU) -> Tensor:
     """The draw as a tensor on ``device`` (drawn on the host, as PyTorch's CPU generator is)."""
     arr = np.asarray(arr.astype(dtype.np), order="C")  # (ascontiguousarray would make 0-d 1-d)
     memory.adopt(arr)
-    return Tensor(Storage(dtype, device, arr.size, arr.reshape(-1)), Layout.contiguous(arr.shape))
+    return Tensor(Storage(dtype, device, arr.size, placed(device, arr.reshape(-1), "random")), Layout.contiguous(arr.shape))
 
 
 def _float_dtype(op: str, dtype: Any) -> dt.DType:

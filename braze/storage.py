@@ -17,6 +17,7 @@ import numpy as np
 from .device import Device
 from .dtypes import DType
 from .errors import BrazeError
+from .runtime import cuda_memory
 
 _ids = itertools.count()
 
@@ -81,6 +82,26 @@ class Storage:
     def __repr__(self) -> str:
         state = "realized" if self.array is not None else "pending"
         return f"Storage(#{self.id}, {self.dtype.name}, {self.numel}, {state})"
+
+
+def placed(device: Device, flat: np.ndarray, op: str) -> Any:
+    """``flat`` (a fresh host array braze owns) as the array of a storage on ``device``:
+    itself on the CPU and under Triton's interpreter, a copy in device memory on a GPU."""
+    if device.type == "cpu" or not cuda_memory.on_gpu():
+        return flat
+    return cuda_memory.upload(flat, op)
+
+
+def host_view(array: Any, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> np.ndarray:
+    """A read-only host view of a layout over a storage's array; device memory is first
+    copied back, only the span the layout covers."""
+    if isinstance(array, np.ndarray):
+        return strided(array, shape, strides, offset)
+    if 0 in shape:
+        return np.empty(shape, dtype=array.dtype)
+    lo = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    hi = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0) + 1
+    return strided(cuda_memory.download(array, lo, hi - lo), shape, strides, offset - lo)
 
 
 def strided(array: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...], offset: int,

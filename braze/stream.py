@@ -190,23 +190,21 @@ def _reference(nodes: "deque[Node]") -> None:
 
 
 _cuda: Executor | None = None  # the cuda device's executor (braze.runtime.cuda registers itself)
+_cuda_reference: Executor | None = None  # and its reference executor (device memory staged through the host)
 
 
-def set_cuda_executor(executor: Executor) -> None:
-    global _cuda
-    _cuda = executor
+def set_cuda_executor(executor: Executor, reference: Executor) -> None:
+    global _cuda, _cuda_reference
+    _cuda, _cuda_reference = executor, reference
 
 
 def _execute_cuda(nodes: "deque[Node]") -> None:
     """The cuda stream: Triton kernels (``runtime/cuda.py``); with ``BRAZE_FUSION=0`` the
-    reference executor, which under Triton's interpreter reads the same host memory
-    (the oracle the cuda kernels are tested against)."""
-    if not fusion_enabled():
-        _reference(nodes)
-    elif _cuda is None:
+    reference executor over the same data (the oracle the cuda kernels are tested
+    against)."""
+    if _cuda is None or _cuda_reference is None:
         raise RuntimeError("internal: braze.runtime.cuda was not imported (import braze, not its modules alone)")
-    else:
-        _cuda(nodes)
+    (_cuda if fusion_enabled() else _cuda_reference)(nodes)
 
 
 def _form() -> Tracker | None:

@@ -44,7 +44,7 @@ from .ops.quant import check_block_rows, weight_type
 from .ops.registry import REGISTRY
 from .runtime import memory
 from .stats import COUNTERS
-from .storage import Storage, strided
+from .storage import Storage, block_bytes, host_view, placed, strided
 from .stream import Node, Operand, stream, stream_of
 
 Scalar = int | float | bool
@@ -267,11 +267,12 @@ class Tensor:
                                                        "take .to(braze.float32) (dequantized) first")
         self.realize()
         lay = self._layout
-        view = strided(self._storage.data(), lay.shape, lay.strides, lay.offset,
-                       writeable=not self._storage.readonly)
+        if self._storage.device.type == "cpu":
+            return strided(self._storage.data(), lay.shape, lay.strides, lay.offset,
+                           writeable=not self._storage.readonly)
         # A cuda tensor's data is copied back (device memory is no numpy buffer; under
         # the interpreter it is host memory, copied all the same so both modes agree).
-        return view.copy() if self._storage.device.type != "cpu" else view
+        return host_view(self._storage.data(), lay.shape, lay.strides, lay.offset).copy()
 
     def __array__(self, dtype: Any = None, copy: _bool | None = None) -> np.ndarray:
         arr = self.numpy()
@@ -744,14 +745,18 @@ def _same_device(op: str, tensors: Sequence[Tensor]) -> Device:
 def _moved(t: Tensor, dev: Device) -> Tensor:
     """``t`` copied to device ``dev``, contiguous: a sync point for ``t`` (its stream is
     flushed), as PyTorch's ``.to(device)`` is where the user asks for it. Under Triton's
-    interpreter both devices' memory is the host's, from one pool."""
+    interpreter both devices' memory is the host's, from one pool. A block-quantized
+    tensor moves as its blocks' bytes, as they are (its kernels dequantize them)."""
     if t.dtype.is_block:
-        raise Unsupported("to", f"a {t.dtype.name} (block-quantized) tensor cannot move to {dev} yet: "
-                                "the cuda device has no quantized kernels")
-    src = t.numpy()  # realised (a copy already, when it comes from a device)
-    buf = memory.allocate(t.dtype.np, src.size, "to")
+        t.realize()
+        st, lay = t._storage, t._layout
+        flat = host_view(st.data(), (st.numel,), (1,), 0)  # its bytes (from the device: copied back)
+        src = block_bytes(flat, t.dtype, lay.shape, lay.strides, lay.offset)
+    else:
+        src = t.numpy()  # realised (a copy already, when it comes from a device)
+    buf = memory.allocate(src.dtype, src.size, "to")
     buf.reshape(src.shape)[...] = src
-    return Tensor(Storage(t.dtype, dev, src.size, buf), _contiguous(t.shape))
+    return Tensor(Storage(t.dtype, dev, src.size, placed(dev, buf, "to")), _contiguous(t.shape))
 
 
 def _mixed_devices(op: str, tensors: Sequence[Tensor]) -> Device:

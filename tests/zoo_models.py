@@ -43,7 +43,8 @@ class Spec:
     gemma: bool = False
     attn_softcap: float | None = None
     final_softcap: float | None = None
-    q8: tuple[str, ...] = ()  # tensor name suffixes written as Q8_0
+    q8: tuple[str, ...] = ()  # tensor name suffixes written quantized, as ``qtype``
+    qtype: str = "Q8_0"
     meta: dict[str, Any] = field(default_factory=dict)
     atol: float = 1e-4
     seed: int = 0  # chosen so that no greedy step of the reference is a near tie
@@ -117,7 +118,7 @@ def weights(spec: Spec, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def write(spec: Spec, path: Path) -> dict[str, np.ndarray]:
-    """Write the model; returns its weights as the file holds them (Q8_0 ones dequantized), float64."""
+    """Write the model; returns its weights as the file holds them (quantized ones dequantized), float64."""
     w = weights(spec, spec.seed)
     a = spec.arch
     out = GGUFWriter(str(path), arch=a)
@@ -150,9 +151,10 @@ def write(spec: Spec, path: Path) -> dict[str, np.ndarray]:
     held = {}
     for name, t in w.items():
         if name.endswith(spec.q8):
-            raw = quants.quantize(t, GGMLQuantizationType.Q8_0)
-            out.add_tensor(name, raw, raw_dtype=GGMLQuantizationType.Q8_0)
-            held[name] = quants.dequantize(raw, GGMLQuantizationType.Q8_0).reshape(t.shape).astype(np.float64)
+            qt = GGMLQuantizationType[spec.qtype]
+            raw = quants.quantize(t, qt)
+            out.add_tensor(name, raw, raw_dtype=qt)
+            held[name] = quants.dequantize(raw, qt).reshape(t.shape).astype(np.float64)
         else:
             out.add_tensor(name, t)
             held[name] = t.astype(np.float64)

@@ -51,3 +51,78 @@ class Temporaries:
         """The temporaries defined so far (to emit before the statements using them)."""
         out, self.stmts = self.stmts, []
         return out
+
+
+def _stage_exprs(s: ir.Stage) -> list[ir.Expr]:
+    if isinstance(s, ir.Store):
+        return [s.expr, *(i for i, _ in s.at)]
+    if isinstance(s, (ir.Reduce, ir.Scan, ir.StoreRow)):
+        return [s.expr]
+    return []
+
+
+def collapsed(k: ir.Kernel) -> ir.Kernel:
+    """``k`` over fewer, longer dims: size-1 dims dropped, and two neighbouring dims (both
+    outer or both inner; any two in a kernel of element stores only, which has no rows)
+    merged where every access walks them as one (the outer one's coefficient is the inner
+    one's times its size). A GPU renderer then computes one
+    coordinate instead of a division and a remainder per dim per lane. Kernels whose
+    expressions name a coordinate, guard a load by one or divide one (``Coord``,
+    ``Load.when``, ``Affine.divs``), and chain kernels, are left as they are."""
+    if any(not isinstance(s, (ir.Reduce, ir.Scan, ir.Store, ir.StoreRow))
+           or (isinstance(s, ir.Reduce) and s.repair is not None) for s in k.stages):
+        return k
+    affines: list[ir.Affine] = []
+    for s in k.stages:
+        if isinstance(s, (ir.Store, ir.StoreRow)):
+            affines.append(s.index)
+        for e in _stage_exprs(s):
+            for n in ir.walk(e):
+                if isinstance(n, (ir.Coord, ir.Var, ir.Dot)) or (isinstance(n, ir.Load) and n.when):
+                    return k
+                if isinstance(n, ir.Load):
+                    affines.append(n.index)
+    if any(a.divs for a in affines):
+        return k
+    sizes = list(k.outer) + list(k.inner)
+    # a kernel of element stores only has no rows: its outer and inner dims merge alike
+    n_out = 0 if all(isinstance(s, ir.Store) for s in k.stages) else len(k.outer)
+    keep = [d for d, n in enumerate(sizes) if n != 1]  # (a size-1 dim's coordinate is always 0)
+    groups: list[list[int]] = []  # runs of kept dims merged into one
+    for d in keep:
+        g = groups[-1] if groups else None
+        if g is not None and (g[-1] < n_out) == (d < n_out) \
+                and all(a.coeffs[g[-1]] == a.coeffs[d] * sizes[d] for a in affines):
+            g.append(d)
+        else:
+            groups.append([d])
+    if len(groups) == len(sizes):
+        return k
+
+    def affine(a: ir.Affine) -> ir.Affine:
+        return ir.Affine(a.offset, tuple(a.coeffs[g[-1]] for g in groups))
+
+    def leaf(e: ir.Expr) -> ir.Expr:
+        if isinstance(e, ir.Load):
+            return ir.Load(e.arg, affine(e.index), e.dtype, e.when,
+                           tuple((ir.mapped(i, leaf), st) for i, st in e.at))
+        return e
+
+    stages: list[ir.Stage] = []
+    for s in k.stages:
+        if isinstance(s, ir.Store):
+            stages.append(ir.Store(s.arg, affine(s.index), ir.mapped(s.expr, leaf),
+                                   tuple((ir.mapped(i, leaf), st) for i, st in s.at)))
+        elif isinstance(s, ir.StoreRow):
+            stages.append(ir.StoreRow(s.arg, affine(s.index), ir.mapped(s.expr, leaf)))
+        elif isinstance(s, ir.Reduce):
+            stages.append(ir.Reduce(s.op, ir.mapped(s.expr, leaf), s.dtype, s.repair))
+        else:
+            assert isinstance(s, ir.Scan)
+            stages.append(ir.Scan(s.op, ir.mapped(s.expr, leaf), s.dtype))
+    size = [1] * len(groups)
+    for i, g in enumerate(groups):
+        for d in g:
+            size[i] *= sizes[d]
+    n_out_new = sum(1 for g in groups if g[0] < n_out)
+    return ir.Kernel(tuple(size[:n_out_new]), tuple(size[n_out_new:]), stages, list(k.args), k.checks)

@@ -40,7 +40,7 @@ from typing import Any, Callable
 from .. import dtypes as dt
 from .. import ir
 from ..dtypes import DType
-from .loops import Temporaries, is_float_minmax, passes
+from .loops import Temporaries, collapsed, is_float_minmax, passes
 
 #: lanes of a row walked at once, at most (a power of two, as ``tl.arange`` needs)
 MAX_BLOCK = 1024
@@ -370,6 +370,16 @@ _FOLD = {
     "amin": ("tl.where({x} < {acc}, {x}, {acc})", "tl.min({acc}, axis=0)"),
 }
 
+#: float32 -> nearest bfloat16 (ties to even), kept in float32, NaN kept NaN: by bits,
+#: since Triton's interpreter truncates in .to(tl.bfloat16). A GPU's own conversion
+#: rounds to nearest even in one instruction: ``for_gpu`` swaps it in.
+BF16_BY_BITS = '''    u = x.to(tl.uint32, bitcast=True)
+    r = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    r = tl.where((u & 0x7FFFFFFF) > 0x7F800000, u | 0x400000, r)
+    return r.to(tl.float32, bitcast=True)
+'''
+BF16_NATIVE = "    return x.to(tl.bfloat16).to(tl.float32)\n"
+
 PRELUDE = '''import triton
 import triton.language as tl
 
@@ -381,13 +391,12 @@ def _braze_mul(a, b):
 
 @triton.jit
 def _braze_bf16(x):
-    # float32 -> nearest bfloat16 (ties to even), kept in float32, NaN kept NaN: by bits,
-    # since Triton's interpreter truncates in .to(tl.bfloat16)
-    u = x.to(tl.uint32, bitcast=True)
-    r = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
-    r = tl.where((u & 0x7FFFFFFF) > 0x7F800000, u | 0x400000, r)
-    return r.to(tl.float32, bitcast=True)
-'''
+''' + BF16_BY_BITS
+
+
+def for_gpu(source: str) -> str:
+    """A rendered module as a GPU compiles it: native bfloat16 rounding."""
+    return source.replace(BF16_BY_BITS, BF16_NATIVE)
 
 
 @dataclass(frozen=True)
@@ -420,20 +429,18 @@ def kernel_source(k: Any, name: str) -> Rendered:
             raise NotRendered("a scatter at data-dependent rows")
     for d, _ in k.args:
         vtype(d)
+    k = collapsed(k)
+    if all(isinstance(s, ir.Store) for s in k.stages):
+        return _elementwise(k, name)
+    if prod(k.inner) <= PERSISTENT_MAX and not any(isinstance(s, ir.Scan) for s in k.stages):
+        return _persistent(k, name)
     rows = prod(k.outer)
     length = prod(k.inner)
     block = block_for(length)
     n_out, n_in = len(k.outer), len(k.inner)
     coords = [f"o{i}" for i in range(n_out)] + [f"i{i}" for i in range(n_in)]
-    args = ", ".join([f"a{i}" for i in range(len(k.args))] + (["err"] if k.checks else []))
-    lines = ["", "", "@triton.jit", f"def {name}({args}{', ' if args else ''}BLOCK: tl.constexpr):",
-             "    row = tl.program_id(0).to(tl.int64)"]
-    rest = "row"
-    for i in range(n_out - 1, -1, -1):  # the outer coordinates of this program's row
-        lines.append(f"    o{i} = {rest} % {k.outer[i]}")
-        if i:
-            lines.append(f"    q{i} = {rest} // {k.outer[i]}")
-            rest = f"q{i}"
+    lines = _header(k, name) + ["    row = tl.program_id(0).to(tl.int64)"]
+    lines += _coords([f"o{i}" for i in range(n_out)], k.outer, "row", "    ")  # this program's row
 
     def walk(body: list[str]) -> list[str]:
         """A loop over the row's blocks with ``body`` inside (``j``, ``m`` and the inner
@@ -442,13 +449,7 @@ def kernel_source(k: Any, name: str) -> Rendered:
         out = [f"    for start in range(0, {length}, BLOCK):",
                "        j = start + tl.arange(0, BLOCK).to(tl.int64)",
                f"        m = j < {length}"]
-        rest_ = "j"
-        for i in range(n_in - 1, -1, -1):
-            out.append(f"        i{i} = {rest_} % {k.inner[i]}")
-            if i:
-                out.append(f"        p{i} = {rest_} // {k.inner[i]}")
-                rest_ = f"p{i}"
-        return out + ["        " + b for b in body]
+        return out + _coords([f"i{i}" for i in range(n_in)], k.inner, "j", "        ") + ["        " + b for b in body]
 
     for p in passes(k):
         body = []
@@ -474,12 +475,7 @@ def kernel_source(k: Any, name: str) -> Rendered:
             lines.append(f"    acc{i} = " + _FOLD[s.op][1].format(acc=f"acc{i}"))
             if is_float_minmax(s):
                 lines.append(f"    acc{i} = tl.where(tl.max(nan{i}, axis=0) != 0, float('nan'), acc{i})")
-    row = Renderer(coords[:n_out], n_out, None, prefix="r")
-    for s in k.stages:
-        if isinstance(s, ir.StoreRow):
-            value = row.expr(s.expr)
-            lines += ["    " + t for t in row.take()]
-            lines.append(f"    tl.store(a{s.arg} + {row.index(s.index)}, {stored(value, k.args[s.arg][0])})")
+    lines += _row_stores(k, coords[:n_out])
     elem = Renderer(coords, n_out, "m")
     body = []
     for i, s in enumerate(k.stages):  # a prefix sum (cumsum): each block's, on top of the blocks' before
@@ -501,3 +497,102 @@ def kernel_source(k: Any, name: str) -> Rendered:
     if body:
         lines += walk(body)
     return Rendered(PRELUDE + "\n".join(lines) + "\n", name, (rows,), {"BLOCK": block})
+
+
+#: lanes per program of an element-wise kernel, and its warps (8 elements a thread: two
+#: 16-byte accesses of float32)
+FLAT_BLOCK = 1024
+FLAT_WARPS = 4
+
+
+def _coords(names: list[str], sizes: tuple[int, ...], flat: str, indent: str) -> list[str]:
+    """Statements splitting the flat index ``flat`` into coordinates ``names`` (row-major
+    over ``sizes``); a single dim is the flat index itself."""
+    out: list[str] = []
+    rest = flat
+    for i in range(len(sizes) - 1, -1, -1):
+        out.append(f"{indent}{names[i]} = {rest} % {sizes[i]}" if i else f"{indent}{names[i]} = {rest}")
+        if i:
+            out.append(f"{indent}q_{names[i]} = {rest} // {sizes[i]}")
+            rest = f"q_{names[i]}"
+    return out
+
+
+def _elementwise(k: ir.Kernel, name: str) -> Rendered:
+    """A kernel of element stores only, over its whole iteration space as one flat range:
+    one program per block of ``BLOCK`` elements, so every multiprocessor gets work
+    however the space splits into rows."""
+    sizes = tuple(k.outer) + tuple(k.inner)
+    total = prod(sizes)
+    block = min(FLAT_BLOCK, block_for(total))
+    coords = [f"i{d}" for d in range(len(sizes))]
+    lines = _header(k, name) + ["    j = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)",
+             f"    m = j < {total}"]
+    lines += _coords(coords, sizes, "j", "    ")
+    elem = Renderer(coords, 0, "m")
+    for s in k.stages:
+        assert isinstance(s, ir.Store)
+        value = elem.expr(s.expr)
+        lines += ["    " + t for t in elem.take()]
+        lanes = "" if elem.lanes(s.index, ()) else " + 0 * j"
+        lines.append(f"    tl.store(a{s.arg} + {elem.index(s.index)}{lanes}, {stored(value, k.args[s.arg][0])}, mask=m)")
+    meta = {"BLOCK": block, "num_warps": FLAT_WARPS if block >= 128 else 1}
+    return Rendered(PRELUDE + "\n".join(lines) + "\n", name, (-(-total // block),), meta)
+
+
+#: a row this long or shorter is held in registers whole: read once, every pass over it
+#: and its stores from the same values (Inductor's persistent reductions); longer rows
+#: are walked in blocks, one walk per pass
+PERSISTENT_MAX = 8192
+
+
+def _header(k: ir.Kernel, name: str) -> list[str]:
+    args = ", ".join([f"a{i}" for i in range(len(k.args))] + (["err"] if k.checks else []))
+    return ["", "", "@triton.jit", f"def {name}({args}{', ' if args else ''}BLOCK: tl.constexpr):"]
+
+
+def _persistent(k: ir.Kernel, name: str) -> Rendered:
+    """A row kernel whose row fits in one block: one program per row, the row's values
+    loaded once into registers; each pass of reductions folds them with ``tl.sum`` /
+    ``tl.max``..., and the element stores reuse the same loads (one renderer, one memo)."""
+    n_out, n_in = len(k.outer), len(k.inner)
+    length = prod(k.inner)
+    block = block_for(length) if length <= MAX_BLOCK else 1 << (length - 1).bit_length()
+    coords = [f"o{i}" for i in range(n_out)] + [f"i{i}" for i in range(n_in)]
+    lines = _header(k, name) + ["    row = tl.program_id(0).to(tl.int64)"]
+    lines += _coords([f"o{i}" for i in range(n_out)], k.outer, "row", "    ")
+    lines += ["    j = tl.arange(0, BLOCK).to(tl.int64)", f"    m = j < {length}"]
+    lines += _coords([f"i{i}" for i in range(n_in)], k.inner, "j", "    ")
+    r = Renderer(coords, n_out, "m")
+    for p in passes(k):
+        for i in p:
+            s = k.stages[i]
+            assert isinstance(s, ir.Reduce)
+            acc_t = vtype(s.dtype)
+            x = r.expr(s.expr)
+            lines += ["    " + t for t in r.take()]
+            lines.append(f"    x{i} = tl.where(m, ({x}).to({acc_t}), tl.full([], {identity(s.op, s.dtype)}, {acc_t}))")
+            lines.append(f"    acc{i} = " + _FOLD[s.op][1].format(acc=f"x{i}"))
+            if is_float_minmax(s):
+                lines.append(f"    acc{i} = tl.where(tl.max((x{i} != x{i}).to(tl.int32), axis=0) != 0, float('nan'), acc{i})")
+    lines += _row_stores(k, coords[:n_out])
+    for s in k.stages:
+        if isinstance(s, ir.Store):
+            value = r.expr(s.expr)
+            lines += ["    " + t for t in r.take()]
+            lanes = "" if r.lanes(s.index, ()) else " + 0 * j"
+            lines.append(f"    tl.store(a{s.arg} + {r.index(s.index)}{lanes}, {stored(value, k.args[s.arg][0])}, mask=m)")
+    meta = {"BLOCK": block, "num_warps": min(16, max(4, block // 256))}
+    return Rendered(PRELUDE + "\n".join(lines) + "\n", name, (prod(k.outer),), meta)
+
+
+def _row_stores(k: ir.Kernel, coords: list[str]) -> list[str]:
+    """A row kernel's row stores (a reduction's result), once per row, after its passes."""
+    row = Renderer(coords, len(coords), None, prefix="r")
+    lines: list[str] = []
+    for s in k.stages:
+        if isinstance(s, ir.StoreRow):
+            value = row.expr(s.expr)
+            lines += ["    " + t for t in row.take()]
+            lines.append(f"    tl.store(a{s.arg} + {row.index(s.index)}, {stored(value, k.args[s.arg][0])})")
+    return lines

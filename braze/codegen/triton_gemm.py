@@ -16,7 +16,24 @@ from .. import dtypes as dt
 from ..layout import Layout
 from .triton import PRELUDE, TL, NotRendered, Rendered
 
-BM = BN = BK = 32
+def tiles(m: int, n: int, k: int, d: dt.DType) -> dict[str, int]:
+    """Block sizes, warps and pipeline depth for a GEMM of these sizes: large tiles for
+    many rows (tensor cores want 128 x 128 in half types), 16-row tiles for a few
+    (decoding: the weight read dominates), smaller ones for IEEE float32 and float64,
+    which run on the FMA units. Never wider than the problem needs."""
+    def fit(b: int, size: int, least: int = 16) -> int:
+        return max(least, min(b, 1 << max(0, (size - 1).bit_length())))
+    if d is dt.float64:
+        bm, bn, bk, warps, stages = 32, 32, 16, 4, 2
+    elif d is dt.float32:
+        bm, bn, bk, warps, stages = (16, 64, 64, 4, 3) if m <= 16 else (64, 64, 32, 4, 3)
+    elif m <= 16:
+        bm, bn, bk, warps, stages = 16, 128, 128, 4, 3
+    elif m <= 64:
+        bm, bn, bk, warps, stages = 64, 128, 64, 4, 3
+    else:
+        bm, bn, bk, warps, stages = 128, 128, 64, 8, 3
+    return {"BM": fit(bm, m), "BN": fit(bn, n), "BK": fit(bk, k), "num_warps": warps, "num_stages": stages}
 
 
 def gemm_source(a: Layout, b: Layout, d: dt.DType, name: str) -> Rendered:
@@ -28,7 +45,8 @@ def gemm_source(a: Layout, b: Layout, d: dt.DType, name: str) -> Rendered:
     sa, sb = a.strides, b.strides
     acc = "tl.float64" if d is dt.float64 else "tl.float32"
     precision = ', input_precision="ieee"' if d in (dt.float32, dt.float64) else ""
-    nb = -(-n // BN)
+    meta = tiles(m, n, k, d)
+    nb = -(-n // meta["BN"])
     lines = ["", "", "@triton.jit", f"def {name}(a, b, c, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):",
              "    pid = tl.program_id(0).to(tl.int64)",
              "    z = tl.program_id(1).to(tl.int64)",
@@ -56,5 +74,4 @@ def gemm_source(a: Layout, b: Layout, d: dt.DType, name: str) -> Rendered:
         f"    tl.store(c + co + rm[:, None] * {n} + rn[None, :], acc.to({TL[d.name]}), "
         f"mask=(rm[:, None] < {m}) & (rn[None, :] < {n}))",
     ]
-    return Rendered(PRELUDE + "\n".join(lines) + "\n", name, (-(-m // BM) * nb, prod(batch)),
-                    {"BM": BM, "BN": BN, "BK": BK})
+    return Rendered(PRELUDE + "\n".join(lines) + "\n", name, (-(-m // meta["BM"]) * nb, prod(batch)), meta)

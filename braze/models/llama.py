@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ..device import Device
 from ..dtypes import float32
 from ..errors import FormatError, MissingWeight, Unsupported
 from ..io.weights import GGUFWeights, WeightBuilder
@@ -155,12 +156,27 @@ class Llama(Module):
         c = self.config
         n = min(max_len or c.context_length, c.context_length)
         self.reserve_positions(n)
-        return [KVCache(batch, c.n_kv_heads, n, c.head_dim) for _ in range(c.n_layers)]
+        return [KVCache(batch, c.n_kv_heads, n, c.head_dim, device=self.device) for _ in range(c.n_layers)]
+
+    @property
+    def device(self) -> Device:
+        """Where the model's weights are (``.to("cuda")`` moves them): its caches are made there."""
+        return self.norm.weight.device
+
+    def _rotaries(self) -> list[Any]:
+        """The rotary tables, shared by the blocks (not submodules), each once."""
+        return list({id(b.attn.rotary): b.attn.rotary for b in self.blocks if b.attn.rotary is not None}.values())
+
+    def _moved(self, dev: Device) -> "Llama":
+        super()._moved(dev)
+        for rotary in self._rotaries():
+            rotary._moved(dev)
+        return self
 
     def reserve_positions(self, n: int) -> None:
         """Make the rotary tables cover positions 0..n-1: the positions a captured step
         will replay must be in the tables it captures."""
-        for rotary in {id(b.attn.rotary): b.attn.rotary for b in self.blocks if b.attn.rotary is not None}.values():
+        for rotary in self._rotaries():
             rotary.reserve(n)
 
     def forward(self, ids: Tensor, caches: list[KVCache] | None = None, last_only: bool = False,

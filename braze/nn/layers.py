@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -145,14 +145,16 @@ class RotaryEmbedding(Module):
         have = self.cos.shape[0] if "cos" in self._buffers else 0
         if positions <= have:
             return
+        device = self.cos.device if have else None  # grown where the model was moved
         rows = min(self.max_positions, max(positions, 2 * have, self.MIN_ROWS))
         pos = np.arange(rows, dtype=np.float64) / self.linear_scale
         angles = np.outer(pos, self.inv_freq)
         if self.long is not None:
             start, long_freq = self.long
             angles[start:] = np.outer(pos[start:], long_freq)
-        self.register_buffer("cos", from_numpy((np.cos(angles) * self.mscale).astype(np.float32)), persistent=False)
-        self.register_buffer("sin", from_numpy((np.sin(angles) * self.mscale).astype(np.float32)), persistent=False)
+        for name, table in (("cos", np.cos(angles)), ("sin", np.sin(angles))):
+            t = from_numpy((table * self.mscale).astype(np.float32))
+            self.register_buffer(name, t if device is None else t.to(device), persistent=False)
 
     def forward(self, x: Tensor, offset: "int | Tensor" = 0) -> Tensor:
         """Rotate ``x`` of shape (..., T, dim) for positions offset..offset+T-1, or, with
@@ -216,9 +218,10 @@ class KVCache:
     """Keys and values of past positions, preallocated to the context length and
     written in place (a slice assignment, no reallocation per token)."""
 
-    def __init__(self, batch: int, kv_heads: int, max_len: int, head_dim: int, dtype: DType = dt.float32) -> None:
-        self.k = zeros(batch, kv_heads, max_len, head_dim, dtype=dtype)
-        self.v = zeros(batch, kv_heads, max_len, head_dim, dtype=dtype)
+    def __init__(self, batch: int, kv_heads: int, max_len: int, head_dim: int, dtype: DType = dt.float32,
+                 device: Any = None) -> None:
+        self.k = zeros(batch, kv_heads, max_len, head_dim, dtype=dtype, device=device)
+        self.v = zeros(batch, kv_heads, max_len, head_dim, dtype=dtype, device=device)
         self.max_len = max_len
         self.length = 0
 
@@ -254,7 +257,7 @@ class KVCache:
         # scalar, the write offset a placeholder), so it replays one fused plan; the mask
         # is coordinate arithmetic in the attention kernel, whose tiles past the position
         # are skipped.
-        j = arange(self.max_len).unsqueeze(0)
+        j = arange(self.max_len, device=self.k.device).unsqueeze(0)
         mask = j < self.length
         if window is not None:  # the query is at position length - 1
             mask = mask & (j >= self.length - window)

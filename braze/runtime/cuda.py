@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -29,7 +30,7 @@ import numpy as np
 from .. import plan as fused
 from ..codegen import triton as render
 from ..codegen import triton_chain
-from ..codegen.triton_gemm import gemm_source
+from ..codegen.triton_extern import EXTERN
 from .. import dtypes as dt
 from .. import ir
 from ..errors import IndexOutOfRange, Unsupported
@@ -38,8 +39,9 @@ from ..schedule.fuse import refuse
 from ..storage import Storage
 from ..stats import COUNTERS
 from ..stream import NodeQueue, set_cuda_executor
-from . import cpu, memory
-from .cuda_probe import unavailable
+from . import cpu, cuda_memory
+from .cuda_graph import Graphs
+from .cuda_probe import interpreting, unavailable
 
 
 class _HostStorage:
@@ -60,10 +62,11 @@ class _HostStorage:
 
 
 class DeviceArg:
-    """A kernel argument over a flat host array at an element offset, with what Triton
-    reads of a torch tensor: ``data_ptr()`` and ``dtype`` (its name: "float32", "bool"
-    ...) to launch, and the storage methods its interpreter uses to move arguments to
-    the host and back (``untyped_storage``, ``new_empty``, ``set_``, ``copy_``...)."""
+    """A kernel argument over a flat host array at an element offset (under the
+    interpreter), with what Triton reads of a torch tensor: ``data_ptr()`` and ``dtype``
+    (its name: "float32", "bool" ...) to launch, and the storage methods its interpreter
+    uses to move arguments to the host and back (``untyped_storage``, ``new_empty``,
+    ``set_``, ``copy_``...)."""
 
     def __init__(self, base: np.ndarray, dtype: str, offset: int = 0) -> None:
         self.base = base
@@ -96,9 +99,43 @@ class DeviceArg:
         return self
 
 
-def arg(storage: Any, offset: int = 0) -> DeviceArg:
-    """A storage's buffer as a kernel argument, ``offset`` elements in."""
-    return DeviceArg(storage.data(), storage.dtype.name, offset)
+class Pointer:
+    """A kernel argument in device memory, on a GPU: all Triton's launcher reads of it
+    is its address and its element type's name."""
+
+    __slots__ = ("ptr", "dtype")
+
+    def __init__(self, ptr: int, dtype: str) -> None:
+        self.ptr, self.dtype = ptr, dtype
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+#: device copies of braze's scalar constants (CPU storages that go with any device), made
+#: once each: a kernel on a GPU cannot read host memory
+_mirrors: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def arg(storage: Any, offset: int = 0) -> Any:
+    """A storage's buffer as a kernel argument, ``offset`` elements in (a block-quantized
+    storage: its bytes, ``offset`` bytes in)."""
+    data = storage.data()
+    name = "uint8" if storage.dtype.is_block else storage.dtype.name
+    if isinstance(data, np.ndarray):
+        if storage.device.type == "cpu" and cuda_memory.on_gpu():
+            data = _mirrors.get(storage)
+            if data is None:
+                data = _mirrors[storage] = cuda_memory.upload(storage.data(), "constant")
+        else:
+            return DeviceArg(data, name, offset)
+    return Pointer(data.ptr + offset * data.itemsize, name)
+
+
+def operand_arg(o: Any) -> Any:
+    """A node operand's buffer at its view's offset (a block view's: in bytes)."""
+    d = o.storage.dtype
+    return arg(o.storage, d.nbytes(o.layout.offset) if d.is_block else o.layout.offset)
 
 
 _fns: dict[str, Any] = {}
@@ -108,8 +145,11 @@ def compile_kernel(r: render.Rendered) -> Any:
     """The launchable Triton function of ``r``: its module is written under the cache
     directory by the source's hash (Triton reads a kernel's source from its file) and
     imported once per process."""
+    gpu = cuda_memory.on_gpu()
+    if gpu:
+        r = render.Rendered(render.for_gpu(r.source), r.name, r.grid, r.meta)
     key = cpu.sha256(r.source.encode()).hexdigest()
-    fn = _fns.get(key)
+    fn = _fns.get(key + "gpu" * gpu)  # (Triton picks the interpreter when a kernel is decorated)
     if os.environ.get("BRAZE_DEBUG", "0").strip() == "2":
         print(r.source, file=sys.stderr)
     if fn is None:
@@ -123,10 +163,32 @@ def compile_kernel(r: render.Rendered) -> Any:
         spec = importlib.util.spec_from_file_location(f"braze_triton_{key[:16]}", path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        fn = _fns[key] = getattr(module, r.name)
+        interpret = os.environ.pop("TRITON_INTERPRET", None) if gpu else None
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            if interpret is not None:
+                os.environ["TRITON_INTERPRET"] = interpret
+        fn = _fns[key + "gpu" * gpu] = getattr(module, r.name)
         COUNTERS["kernels_compiled"] += 1
+        if gpu:
+            _launch_on_braze_stream()
     return fn
+
+
+_on_stream = False
+
+
+def _launch_on_braze_stream() -> None:
+    """Point Triton's launcher at braze's stream (it asks its driver for "the current
+    stream", which is torch's when torch is loaded and the device's default one
+    otherwise): braze's copies, kernels and graph captures then share one order."""
+    global _on_stream
+    if not _on_stream:
+        from triton.runtime.driver import driver
+        handle = cuda_memory.stream()
+        driver.active.get_current_stream = lambda device=None: handle
+        _on_stream = True
 
 
 @dataclass
@@ -147,7 +209,35 @@ class Launch:
     scratch: tuple[Storage, ...] = ()
 
 
-_plans: dict[Any, list[Launch]] = {}
+@dataclass
+class Plan:
+    """The launches of one flush's form, their CUDA graphs (on a GPU), and where its
+    intermediates (results nothing outside the flush holds) lie in its arena: one
+    buffer a run, so they come back at the same addresses run after run (a graph's
+    key) for one pool allocation."""
+
+    steps: list[Launch]
+    graphs: Graphs
+    arena: list[tuple[int, int]]  # (storage key, byte offset)
+    arena_bytes: int
+
+
+#: intermediates start at multiples of this in a plan's arena (a 128-byte line, and any
+#: vector access)
+ARENA_ALIGN = 256
+
+
+def _arena(steps: Sequence[Launch], storages: Sequence[Any], live: frozenset[int]) -> tuple[list[tuple[int, int]], int]:
+    at, out = 0, []
+    for st in steps:
+        for k in st.outputs:
+            if k not in live and storages[k].array is None:
+                out.append((k, at))
+                at += -(-storages[k].numel * storages[k].dtype.itemsize // ARENA_ALIGN) * ARENA_ALIGN
+    return out, at
+
+
+_plans: dict[Any, Plan] = {}
 PLAN_CAP = 512
 
 
@@ -188,56 +278,104 @@ def build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int], ch
         node = nodes[st.node]
         if node.op.name == "assign" and node.inputs[0] == node.outputs[0]:
             continue  # x[i] = x[i] (what ``x[i] += 1`` ends with, after the in-place add): nothing to do
-        if node.op.name != "matmul":
+        extern = EXTERN.get(node.op.name)
+        if extern is None:
             raise _refuse([node.op.name], "it has no Triton kernel")
-        a, b = node.inputs
         try:
-            r = gemm_source(a.layout, b.layout, node.outputs[0].storage.dtype, f"braze_mm{n}")
+            r = extern(node, f"braze_x{n}", interpreting())
         except render.NotRendered as e:
-            raise _refuse(["matmul"], e.what) from None
+            raise _refuse([node.op.name], e.what) from None
         out.append(Launch(compile_kernel(r), r.grid, r.meta, [], [key_of[id(node.outputs[0].storage)]], [], st.node))
     return out
 
 
-def run(steps: Sequence[Launch], nodes: Sequence[Any], storages: Sequence[Any]) -> None:
-    for step in steps:
-        for k in step.outputs:
+def _arguments(step: Launch, nodes: Sequence[Any], storages: Sequence[Any]) -> list[Any]:
+    for k in step.outputs:
+        st = storages[k]
+        if st.array is None:
+            st.array = cuda_memory.allocate(st.dtype.np, st.numel, "kernel")
+    if step.node >= 0:
+        node = nodes[step.node]
+        return [operand_arg(o) for o in (*node.inputs, *node.outputs)]
+    for sc in step.scratch:  # the plan's own buffers: allocated once, at the same address every run
+        if sc.array is None:
+            sc.array = cuda_memory.allocate(sc.dtype.np, sc.numel, "kernel")
+    return [arg(storages[k], 0 if r is None else fused.operand(nodes[r[0]], r[1]).layout.offset)
+            for k, r in zip(step.args, step.refs)] + [arg(sc) for sc in step.scratch]
+
+
+def run(plan: Plan, nodes: Sequence[Any], storages: Sequence[Any]) -> None:
+    """Allocate the plan's outputs and launch its kernels: one by one, or (on a GPU, a
+    form run again over the same buffers) as one CUDA graph. Gathers' index checks are
+    read back once, after the last launch."""
+    if plan.arena_bytes:
+        arena = cuda_memory.allocate(np.uint8, plan.arena_bytes, "arena")
+        for k, at in plan.arena:
             st = storages[k]
             if st.array is None:
-                st.array = memory.allocate(st.dtype.np, st.numel, "kernel")
-        if step.node >= 0:
-            node = nodes[step.node]
-            args = [arg(o.storage, o.layout.offset) for o in (*node.inputs, node.outputs[0])]
+                st.array = cuda_memory.view(arena, at, st.dtype.np, st.numel)
+    steps = [st for st in plan.steps if 0 not in st.grid]
+    for st in plan.steps:
+        if 0 in st.grid:  # (an empty kernel: its outputs exist all the same)
+            _arguments(st, nodes, storages)
+    args = [_arguments(st, nodes, storages) for st in steps]
+    checked = [st for st in steps if st.checks]
+    err = _error_slots(plan, sum(len(st.checks) for st in checked))
+    if err is not None:
+        at = 0
+        for st, a in zip(steps, args):
+            if st.checks:
+                a.append(_slice_arg(err, 3 * at))
+                at += len(st.checks)
+
+    def launch(count: bool) -> None:
+        for st, a in zip(steps, args):
+            COUNTERS["kernel_launches"] += count
+            st.fn[st.grid](*a, **st.meta)
+
+    with np.errstate(all="ignore"):  # the interpreter computes in numpy: IEEE results, quietly
+        if cuda_memory.on_gpu():
+            plan.graphs.run(tuple(x.data_ptr() for a in args for x in a), launch, len(steps))
         else:
-            args = [arg(storages[k], 0 if r is None else fused.operand(nodes[r[0]], r[1]).layout.offset)
-                    for k, r in zip(step.args, step.refs)]
-        for sc in step.scratch:
-            if sc.array is None:
-                sc.array = memory.allocate(sc.dtype.np, sc.numel, "kernel")
-            args.append(arg(sc))
-        if 0 in step.grid:
-            continue
-        err = np.tile(np.array([0, _I64.max, _I64.min], np.int64), len(step.checks)) if step.checks else None
-        if err is not None:
-            args.append(DeviceArg(err, "int64"))
-        COUNTERS["kernel_launches"] += 1
-        with np.errstate(all="ignore"):  # the interpreter computes in numpy: IEEE results, quietly
-            step.fn[step.grid](*args, **step.meta)
-        if err is not None and err[0::3].any():
-            _index_error(step, err, nodes)
+            launch(True)
+    if err is not None:
+        slots = cuda_memory.download(err)
+        if slots[0::3].any():
+            _index_error(checked, slots, nodes)
+
+
+def _error_slots(plan: Plan, checks: int) -> Any:
+    """Three int64 per bounds check (a flag, the smallest and the largest bad index),
+    set to their start values on the device before the plan's kernels run."""
+    if not checks:
+        return None
+    start = np.tile(np.array([0, _I64.max, _I64.min], np.int64), checks)
+    if not cuda_memory.on_gpu():
+        return start
+    if plan.graphs.errors is None:  # one buffer per plan: a graph's captured address stays valid
+        plan.graphs.errors = cuda_memory.allocate(np.int64, start.size, "checks")
+    cuda_memory.fill(plan.graphs.errors, start)
+    return plan.graphs.errors
+
+
+def _slice_arg(err: Any, at: int) -> Any:
+    if isinstance(err, np.ndarray):
+        return DeviceArg(err[at:], "int64")
+    return Pointer(err.ptr + at * 8, "int64")
 
 
 _I64 = np.iinfo(np.int64)
 
 
-def _index_error(step: Launch, err: np.ndarray, nodes: Sequence[Any]) -> None:
+def _index_error(checked: Sequence[Launch], err: np.ndarray, nodes: Sequence[Any]) -> None:
     """A gather met an index outside its dim (and read at 0 instead): raise what the
     reference raises at the first such node, naming the value it names (the most
     negative bad index, else the largest). Every result of the flush this plan has
     computed is dropped, so the stream marks them all failed: stricter than the
     reference, which keeps what came before the bad node, but never a wrong value."""
+    checks = [c for st in checked for c in st.checks]
     bad = [(node, op, dim, int(err[3 * c + 1]) if err[3 * c + 1] < 0 else int(err[3 * c + 2]))
-           for c, (node, op, dim) in enumerate(step.checks) if err[3 * c]]
+           for c, (node, op, dim) in enumerate(checks) if err[3 * c]]
     node, op, dim, value = min(bad)
     for n in nodes:
         if not n.op.inplace:
@@ -260,20 +398,21 @@ def execute(nodes: Any) -> None:
     live = form.live()
     try:
         key: Any = (tuple(entries), live)
-        steps = _plans.get(key)
+        plan = _plans.get(key)
     except TypeError:  # an attribute that cannot be hashed: plan it every time
-        key, steps = None, None
-    if steps is None:
+        key, plan = None, None
+    if plan is None:
         COUNTERS["plan_misses"] += 1
         steps = build(list(nodes), form.key_of, live)
+        plan = Plan(steps, Graphs(), *_arena(steps, form.storages, live))
         if key is not None:
             if len(_plans) >= PLAN_CAP:
                 _plans.clear()
-            _plans[key] = steps
+            _plans[key] = plan
     else:
         COUNTERS["plan_hits"] += 1
     ran = list(nodes)
-    run(steps, ran, form.storages)
+    run(plan, ran, form.storages)
     nodes.clear()
     for st in form.storages:
         st.producer = None
@@ -284,4 +423,27 @@ def clear() -> None:
     _plans.clear()
 
 
-set_cuda_executor(sys.modules[__name__].execute)
+def execute_reference(nodes: Any) -> None:
+    """``BRAZE_FUSION=0`` on the cuda device: the reference executor, the oracle. Under
+    the interpreter it reads the same host memory; on a GPU the flush's cuda storages
+    are copied to the host, computed there and copied back (slow, by design)."""
+    from .reference import run as reference
+    if isinstance(nodes, NodeQueue):
+        nodes.form = None
+    if not cuda_memory.on_gpu():
+        reference(nodes)
+        return
+    staged = {id(t.storage): t.storage for n in nodes for t in (*n.inputs, *n.outputs)
+              if t.storage.device.type != "cpu"}
+    for st in staged.values():
+        if isinstance(st.array, cuda_memory.DeviceArray):
+            st.array = cuda_memory.download(st.array)
+    try:
+        reference(nodes)
+    finally:
+        for st in staged.values():
+            if isinstance(st.array, np.ndarray):
+                st.array = cuda_memory.upload(st.array)
+
+
+set_cuda_executor(sys.modules[__name__].execute, sys.modules[__name__].execute_reference)

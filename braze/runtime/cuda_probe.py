@@ -1,8 +1,8 @@
 """Whether ``device="cuda"`` can run here, and how: on a GPU, or under Triton's interpreter.
 
-Two modes. With a GPU (``cuda.core`` finds one) braze would keep storage in device
-memory; that runtime is not built yet, so such a machine is refused with a reason that
-says so. Under the interpreter (``BRAZE_CUDA_INTERPRET=1``, or ``TRITON_INTERPRET=1``
+Two modes. With a GPU (``cuda.core`` finds one) the cuda device's storage is device
+memory (``cuda_memory.py``) and its kernels are compiled by Triton for the GPU. Under
+the interpreter (``BRAZE_CUDA_INTERPRET=1``, or ``TRITON_INTERPRET=1``
 on a machine without a GPU) the cuda device's storage is host memory standing in for
 device memory and its kernels, rendered as Triton, run through Triton's interpreter on
 the CPU: slow, but the same generated code, which is how ``make test`` covers the
@@ -14,6 +14,7 @@ first asked for.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import sys
@@ -32,19 +33,38 @@ def _env(name: str) -> bool:
 _USER_TRITON_INTERPRET = _env("TRITON_INTERPRET")
 
 
+_count: int | None = None
+
+
 def gpu_count() -> int:
-    """GPUs that ``cuda.core`` sees (0 without the package, a driver or a GPU)."""
-    if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.core") is None:
-        return 0
-    try:
-        from cuda.core import system
-        return int(system.get_num_devices())
-    except Exception:  # no driver library, no GPU: the package says so with its own errors
-        return 0
+    """GPUs that ``cuda.core`` sees (0 without the package, a driver or a GPU); asked
+    once per process. cuda.core moved its API out of ``experimental`` in 0.4: both
+    spellings are tried."""
+    global _count
+    if _count is None:
+        _count = 0
+        if importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.core") is not None:
+            for name in ("cuda.core", "cuda.core.experimental"):
+                try:
+                    module = importlib.import_module(name)
+                    system = module.system
+                    n = system.get_num_devices() if hasattr(system, "get_num_devices") else system.num_devices
+                    _count = int(n)
+                    break
+                except Exception:  # no driver library, no GPU, an older spelling: the next one, else 0
+                    continue
+    return _count
+
+
+_triton: bool | None = None
 
 
 def have_triton() -> bool:
-    return importlib.util.find_spec("triton") is not None
+    """Is Triton installed? (Looked up once: a flush asks, and a lookup costs ~1 ms.)"""
+    global _triton
+    if _triton is None:
+        _triton = importlib.util.find_spec("triton") is not None
+    return _triton
 
 
 def interpreting() -> bool:
@@ -72,7 +92,6 @@ def unavailable() -> str | None:
         if gpu_count() == 0:
             _reason = ("no GPU found (cuda.core sees none); BRAZE_CUDA_INTERPRET=1 runs the cuda device under "
                        "Triton's interpreter on the CPU")
-        else:
-            _reason = ("braze's device-memory runtime (storage through cuda.core) is not built yet; "
-                       "BRAZE_CUDA_INTERPRET=1 runs the cuda device under Triton's interpreter on the CPU")
+        elif importlib.util.find_spec("cuda.bindings") is None:
+            _reason = "cuda.bindings is not installed (pip install 'braze[gpu]')"
     return _reason

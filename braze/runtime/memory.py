@@ -93,7 +93,7 @@ def adopt(array: np.ndarray) -> np.ndarray:
     n = array.nbytes
     COUNTERS["allocations"] += 1
     COUNTERS["bytes_allocated"] += n
-    _track(array, n)
+    track(array, n)
     return array
 
 
@@ -114,7 +114,7 @@ def _pool_cap() -> int:
     return int(os.environ.get("BRAZE_POOL_BYTES", str(2 << 30)))
 
 
-def _size_class(nbytes: int) -> int:
+def size_class(nbytes: int) -> int:
     """Round up to a power of two, then to quarters of it: at most 25% slack."""
     top = 1 << (nbytes - 1).bit_length()
     quarter = top // 8
@@ -160,7 +160,7 @@ def allocate(dtype: np.dtype, numel: int, op: str | None = None) -> np.ndarray:
         except MemoryError:
             raise OutOfMemory(nbytes, available(), "cpu", op=op) from None
     view = _aligned(_block(nbytes, op), nbytes).view(dtype)
-    _track(view, nbytes)
+    track(view, nbytes)
     return view
 
 
@@ -202,7 +202,7 @@ def arena(nbytes: int) -> np.ndarray:
     else:
         view = _aligned(_block(nbytes, "arena"), nbytes)
     # accounted for as long as the run holds the arena
-    _track(view, nbytes)
+    track(view, nbytes)
     return view
 
 
@@ -210,7 +210,7 @@ def _block(nbytes: int, op: str | None) -> np.ndarray:
     """A free pool block for ``nbytes`` (``pool_hits``), else a fresh one (``allocations``):
     its size class and ``BLOCK_ALIGN`` bytes more, to start a view on a boundary."""
     global _pooled_bytes
-    size = _size_class(nbytes)
+    size = size_class(nbytes)
     block = _take(size)
     if block is None:
         _trim(size)
@@ -227,7 +227,8 @@ def _block(nbytes: int, op: str | None) -> np.ndarray:
     return block
 
 
-def _track(array: np.ndarray, nbytes: int) -> None:
+def track(array: object, nbytes: int) -> None:
+    """Count ``nbytes`` live until ``array`` (a host array, or a device buffer) is freed."""
     live = COUNTERS["live_bytes"] = COUNTERS["live_bytes"] + nbytes
     if live > COUNTERS["peak_bytes"]:
         COUNTERS["peak_bytes"] = live

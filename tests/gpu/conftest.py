@@ -5,6 +5,7 @@ whole directory skips, saying why, where Triton is not installed), and the
 from __future__ import annotations
 
 import importlib.util
+import os
 from typing import Any, Iterator
 
 import numpy as np
@@ -26,11 +27,17 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
                 item.add_marker(skip)
 
 
+#: on a machine with a GPU the kernel tests run on it (``BRAZE_CUDA_INTERPRET=1`` forces
+#: the interpreter there too); elsewhere under Triton's interpreter
+ON_GPU = gpu_count() > 0 and os.environ.get("BRAZE_CUDA_INTERPRET", "").strip() in ("", "0")
+
+
 @pytest.fixture(autouse=True)
 def interpret(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The cuda device as Triton's interpreter on the host, fused (each test sets
-    BRAZE_FUSION itself where it computes the reference)."""
-    monkeypatch.setenv("BRAZE_CUDA_INTERPRET", "1")
+    """The cuda device on the GPU, or as Triton's interpreter on the host; fused (each
+    test sets BRAZE_FUSION itself where it computes the reference)."""
+    if not ON_GPU:
+        monkeypatch.setenv("BRAZE_CUDA_INTERPRET", "1")
     monkeypatch.setenv("BRAZE_FUSION", "1")
     yield
     braze.synchronize()

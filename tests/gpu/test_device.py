@@ -14,7 +14,7 @@ from braze.runtime.cuda_probe import gpu_count
 def test_available_under_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     assert braze.cuda.is_available() and braze.cuda.device_count() == 1
     assert braze.cuda.interpreting() == (gpu_count() == 0) or braze.cuda.interpreting()
-    monkeypatch.delenv("BRAZE_CUDA_INTERPRET")
+    monkeypatch.delenv("BRAZE_CUDA_INTERPRET", raising=False)
     if gpu_count() == 0:
         assert not braze.cuda.is_available()
         assert "BRAZE_CUDA_INTERPRET" in (braze.cuda.unavailable_reason() or "")
@@ -55,8 +55,8 @@ def test_mixing_devices_is_a_typed_error() -> None:
 
 def test_unsupported_op_names_it() -> None:
     c = braze.tensor(np.arange(6.0, dtype=np.float32), device="cuda")
-    with pytest.raises(braze.Unsupported, match="argmax.*cuda"):
-        c.argmax(0).numpy()
+    with pytest.raises(braze.Unsupported, match="topk.*cuda"):
+        c.topk(2)[0].numpy()
     with pytest.raises(braze.Unsupported, match="sort.*cuda"):
         c.sort()[0].numpy()
     np.testing.assert_array_equal((c * 2.0).numpy(), np.arange(6.0) * 2)  # the stream is usable after
@@ -82,13 +82,3 @@ def test_memory_is_counted() -> None:
     c = x.to("cuda")
     assert braze.stats()["live_bytes"] >= before + 256 * 256 * 4
     del c
-
-
-@pytest.mark.requires_gpu
-def test_gpu_is_reported_honestly(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a GPU without the interpreter, the cuda device says what is missing."""
-    monkeypatch.delenv("BRAZE_CUDA_INTERPRET")
-    if braze.runtime.cuda_probe.interpreting():
-        pytest.skip("TRITON_INTERPRET is set")
-    assert not braze.cuda.is_available()
-    assert "device-memory runtime" in (braze.cuda.unavailable_reason() or "")
