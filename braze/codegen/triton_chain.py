@@ -43,7 +43,7 @@ from math import prod
 
 from .. import dtypes as dt
 from .. import ir
-from .chain import _score_node, _skip_rule, _the_dot
+from .chain import _skip_rule, _the_dot
 from .loops import passes
 from .triton import PRELUDE, TL, NotRendered, Renderer, Rendered, literal, stored, vtype
 from .triton_band import FDIV, atoms, band_lines, fill_is_identity
@@ -219,7 +219,6 @@ class _Chain:
         self.tail = n % self.bn != 0
         # the mask as a band of keys: skipped tiles, and tiles computed without it
         self.skip = _skip_rule(k, dot, no)
-        self.score = _score_node(k, dot)
         self.guards: list[ir.Expr] = []  # what the band needs of the mask's values, checked when it runs
         self.atoms = atoms(self.skip.filled, no, self.guards) if self.skip is not None and self.skip.bias is None \
             else None
@@ -408,10 +407,7 @@ class _Chain:
             return out + self.walk(s0, s1, *args, False, ids, True)
         r = self.renderer("", rows="o{}", j="None")
 
-        def row_value(e: ir.Expr) -> str:
-            v = r.expr(e)
-            return v
-        lines = band_lines(self.atoms, row_value, self.n, ind)
+        lines = band_lines(self.atoms, r.expr, self.n, ind)
         out += [ind + x for x in r.take()] + lines
 
         def every_row(conds: list[str]) -> str:

@@ -324,13 +324,11 @@ def _arguments(step: Launch, nodes: Sequence[Any], storages: Sequence[Any]) -> l
     if step.node >= 0:
         node = nodes[step.node]
         return [operand_arg(o) for o in (*node.inputs, *node.outputs)]
-    args = [arg(storages[k], 0 if r is None else fused.operand(nodes[r[0]], r[1]).layout.offset)
-            for k, r in zip(step.args, step.refs)]
-    for sc in step.scratch:  # the plan's own buffers: the same ones every run
+    for sc in step.scratch:  # the plan's own buffers: allocated once, at the same address every run
         if sc.array is None:
             sc.array = cuda_memory.allocate(sc.dtype.np, sc.numel, "kernel")
-        args.append(arg(sc))
-    return args
+    return [arg(storages[k], 0 if r is None else fused.operand(nodes[r[0]], r[1]).layout.offset)
+            for k, r in zip(step.args, step.refs)] + [arg(sc) for sc in step.scratch]
 
 
 def run(plan: Plan, nodes: Sequence[Any], storages: Sequence[Any]) -> None:

@@ -7,7 +7,6 @@ tiles), and small, as the interpreter is slow."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -17,10 +16,11 @@ import braze
 import braze.nn.functional as F
 from braze import Tensor
 
-from .conftest import on_both
+from .conftest import ON_GPU, on_both
 
 rng = np.random.default_rng(11)
 B, H, HKV, N, D = 1, 2, 1, 70, 24  # N: three key tiles, the last partial; D: padded to 32
+N_DECODE = 3000 if ON_GPU else 300  # keys of a decoding step: enough tiles to split (GPU tiles are wider)
 
 
 def _x(*shape: int) -> np.ndarray:
@@ -144,16 +144,17 @@ def test_bfloat16_inputs_go_straight_into_the_dots(monkeypatch: pytest.MonkeyPat
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_decoding_splits_the_keys_and_combines(dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One query row per head against 300 keys (ten tiles), GQA: the keys are split
-    across programs and a second kernel combines their partial results (2 launches)."""
-    got, ref = _one_chain(monkeypatch, decode, _qkv(n_q=1, n_kv=300, hkv=HKV), 2, getattr(braze, dtype))
+    """One query row per head against 300 keys (ten of the interpreter's tiles), GQA:
+    the keys are split across programs and a second kernel combines their partial
+    results (2 launches)."""
+    got, ref = _one_chain(monkeypatch, decode, _qkv(n_q=1, n_kv=N_DECODE, hkv=HKV), 2, getattr(braze, dtype))
     np.testing.assert_allclose(got, ref, atol=2e-5 if dtype == "float32" else 2e-2, rtol=0)
     if dtype == "float32":  # a sliding window: each split walks its part of the band's tiles
 
         def window(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-            mask = F.causal_mask(1, 300, offset=299, window=100, device=q.device)
+            mask = F.causal_mask(1, N_DECODE, offset=N_DECODE - 1, window=100, device=q.device)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-        got, ref = _one_chain(monkeypatch, window, _qkv(n_q=1, n_kv=300, hkv=HKV), 2)
+        got, ref = _one_chain(monkeypatch, window, _qkv(n_q=1, n_kv=N_DECODE, hkv=HKV), 2)
         np.testing.assert_allclose(got, ref, atol=2e-5, rtol=0)
 
 
@@ -174,7 +175,7 @@ def test_rows_that_see_no_key_or_inf_scores_give_what_the_reference_gives(monkey
     got, ref = _one_chain(monkeypatch, fn, [q, k, v])
     assert np.isnan(ref[0, :, 17]).all() and np.isnan(ref[0, 1, 9]).all() and np.isfinite(ref[0, 0, 5]).all()
     np.testing.assert_allclose(got, ref, atol=2e-5, rtol=0)
-    q1, k1, v1 = _qkv(n_q=1, n_kv=300)
+    q1, k1, v1 = _qkv(n_q=1, n_kv=N_DECODE)
     q1[0, 1, 0, 1] = -np.inf
 
     got, ref = _one_chain(monkeypatch, sdpa, [q1, k1, v1], launches=2)
@@ -220,19 +221,14 @@ def test_a_chain_the_renderer_lacks_runs_without_chains(monkeypatch: pytest.Monk
 
 
 @pytest.mark.requires_gpu
-def test_chain_kernels_compile_and_agree_on_the_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The chain kernels a GPU runs (its tiles, bfloat16 straight into the dots),
-    compiled for it and run on device memory: causal GQA in float32 and bfloat16, and
-    a decoding step's split keys."""
-    from braze.codegen import triton_chain
-
-    monkeypatch.delenv("BRAZE_CUDA_INTERPRET", raising=False)
-    if braze.cuda.interpreting():
-        pytest.skip("the interpreter was asked for (TRITON_INTERPRET or BRAZE_CUDA_INTERPRET)")
-    monkeypatch.setattr(triton_chain, "INTERPRETER", False)
-    for arrays, dtype, launches, atol in ((_qkv(n_kv=300, n_q=300, hkv=HKV, d=64), braze.float32, 1, 2e-5),
-                                          (_qkv(n_kv=300, n_q=300, hkv=HKV, d=128), braze.bfloat16, 1, 3e-2),
-                                          (_qkv(n_kv=3000, n_q=1, hkv=HKV, d=128), braze.bfloat16, 2, 3e-2)):
-        fn = gqa_sdpa if launches == 1 else decode
+def test_gpu_tiles_on_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU, shapes that cross its tiles (128 query rows x 64 keys at D = 128):
+    causal GQA in float32 and bfloat16, a decoding step's split keys in bfloat16."""
+    if not ON_GPU:
+        pytest.skip("the interpreter was asked for (BRAZE_CUDA_INTERPRET)")
+    for fn, arrays, dtype, launches, atol in (
+            (gqa_sdpa, _qkv(n_q=300, n_kv=300, hkv=HKV, d=128), braze.float32, 1, 2e-5),
+            (gqa_sdpa, _qkv(n_q=300, n_kv=300, hkv=HKV, d=128), braze.bfloat16, 1, 3e-2),
+            (decode, _qkv(n_q=1, n_kv=3000, hkv=HKV, d=128), braze.bfloat16, 2, 3e-2)):
         got, ref = _one_chain(monkeypatch, fn, arrays, launches, dtype)
         np.testing.assert_allclose(got, ref, atol=atol, rtol=0)
