@@ -19,7 +19,7 @@ from .triton_quant import qlinear_source, qrows_source
 
 def _matmul(node: Any, name: str, interpret: bool) -> Rendered:
     a, b = node.inputs
-    return gemm_source(a.layout, b.layout, node.outputs[0].storage.dtype, name)
+    return gemm_source(a.layout, b.layout, node.outputs[0].storage.dtype, name, interpret)
 
 
 def _qlinear(node: Any, name: str, interpret: bool) -> Rendered:

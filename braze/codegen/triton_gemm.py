@@ -36,15 +36,18 @@ def tiles(m: int, n: int, k: int, d: dt.DType) -> dict[str, int]:
     return {"BM": fit(bm, m), "BN": fit(bn, n), "BK": fit(bk, k), "num_warps": warps, "num_stages": stages}
 
 
-def gemm_source(a: Layout, b: Layout, d: dt.DType, name: str) -> Rendered:
-    """The Triton module of ``a @ b`` (dtype ``d``) into a contiguous output."""
+def gemm_source(a: Layout, b: Layout, d: dt.DType, name: str, interpret: bool = False) -> Rendered:
+    """The Triton module of ``a @ b`` (dtype ``d``) into a contiguous output. Under
+    Triton's interpreter bfloat16 tiles go into the dot as float32 (its ``tl.dot``
+    multiplies bfloat16 as their raw 16-bit integers); a GPU takes them as they are."""
     if d not in (dt.float32, dt.float16, dt.bfloat16, dt.float64):
         raise NotRendered(f"a {d.name} matmul")
     *batch, m, k = a.shape
     n = b.shape[-1]
     sa, sb = a.strides, b.strides
     acc = "tl.float64" if d is dt.float64 else "tl.float32"
-    precision = ', input_precision="ieee"' if d in (dt.float32, dt.float64) else ""
+    widen = interpret and d is dt.bfloat16
+    precision = ', input_precision="ieee"' if d in (dt.float32, dt.float64) or widen else ""
     meta = tiles(m, n, k, d)
     nb = -(-n // meta["BN"])
     lines = ["", "", "@triton.jit", f"def {name}(a, b, c, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):",
@@ -70,6 +73,7 @@ def gemm_source(a: Layout, b: Layout, d: dt.DType, name: str) -> Rendered:
         f"mask=(rm[:, None] < {m}) & (ka[None, :] < {k}), other=0.0)",
         f"        y = tl.load(b + bo + ka[:, None] * {sb[-2]} + rn[None, :] * {sb[-1]}, "
         f"mask=(ka[:, None] < {k}) & (rn[None, :] < {n}), other=0.0)",
+        *(["        x = x.to(tl.float32)", "        y = y.to(tl.float32)"] if widen else []),
         f"        acc += tl.dot(x, y, out_dtype={acc}{precision})",
         f"    tl.store(c + co + rm[:, None] * {n} + rn[None, :], acc.to({TL[d.name]}), "
         f"mask=(rm[:, None] < {m}) & (rn[None, :] < {n}))",

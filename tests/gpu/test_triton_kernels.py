@@ -134,6 +134,8 @@ def test_half_types(monkeypatch: pytest.MonkeyPatch, dtype: object) -> None:
         return braze.softmax(h, -1).to(braze.float32)
     got, ref = on_both(monkeypatch, fn, _x(4, 30), _x(4, 30))
     np.testing.assert_allclose(got, ref, rtol=1e-2 if dtype is braze.bfloat16 else 2e-3, atol=1e-3)
+    got, ref = on_both(monkeypatch, lambda x, y: (x.to(dtype) @ y.to(dtype)).to(braze.float32), _x(20, 40), _x(40, 24))
+    np.testing.assert_allclose(got, ref, rtol=2e-2, atol=2e-2)  # (a half matmul: float32 sums, rounded once)
 
 
 def test_matmul_mlp_and_attention(monkeypatch: pytest.MonkeyPatch) -> None:
