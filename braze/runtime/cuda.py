@@ -225,9 +225,10 @@ class Launch:
         if kernel is None:
             self.compiled[key] = self.fn[self.grid](*args, **self.meta)
             return
-        try:
-            kernel[self.grid](*args, *(self.meta[p.name] for p in self.fn.params if p.is_constexpr))
-        except (TypeError, AttributeError, KeyError):  # another Triton's calling convention: its launcher, always
+        try:  # (a compiled kernel's runner takes a 3-d grid)
+            kernel[self.grid + (1,) * (3 - len(self.grid))](
+                *args, *(self.meta[p.name] for p in self.fn.params if p.is_constexpr))
+        except Exception:  # another Triton's calling convention: its launcher, always
             _direct = False
             self.fn[self.grid](*args, **self.meta)
 
