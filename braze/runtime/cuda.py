@@ -284,7 +284,7 @@ def build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int], ch
     for n, st in enumerate(sched.steps):
         if isinstance(st, KernelStep) and triton_chain.is_chain(st.kernel):
             try:
-                ck = triton_chain.chain_kernels(st.kernel, f"braze_a{n}")
+                ck = triton_chain.chain_kernels(st.kernel, "braze_a")
             except render.NotRendered as e:
                 refuse(nodes[st.nodes[0]], f"not a chain kernel on cuda: {e.what}")
                 return build(nodes, key_of, live, chains=False)
@@ -296,7 +296,7 @@ def build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int], ch
             continue
         if isinstance(st, KernelStep):
             try:
-                r = render.kernel_source(st.kernel, f"braze_t{n}")
+                r = render.kernel_source(st.kernel, "braze_t")
             except render.NotRendered as e:
                 raise _refuse([nodes[i].op.name for i in st.nodes], e.what) from None
             checks = st.kernel.checks if isinstance(st.kernel, ir.Kernel) else ()
@@ -310,7 +310,7 @@ def build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int], ch
         if extern is None:
             raise _refuse([node.op.name], "it has no Triton kernel")
         try:
-            r = extern(node, f"braze_x{n}", interpreting())
+            r = extern(node, "braze_x", interpreting())
         except render.NotRendered as e:
             raise _refuse([node.op.name], e.what) from None
         out.append(Launch(compile_kernel(r), r.grid, r.meta, [], [key_of[id(node.outputs[0].storage)]], [], st.node))

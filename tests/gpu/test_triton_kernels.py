@@ -234,3 +234,24 @@ def test_contiguous_dims_collapse_into_one_coordinate(monkeypatch: pytest.Monkey
     a = np.random.default_rng(0).standard_normal((4, 16, 8)).astype(np.float32)
     got, ref = on_both(monkeypatch, lambda x: x.transpose(1, 2) * 2.0 + 1.0, a)
     np.testing.assert_allclose(got, ref)
+
+
+def test_identical_kernels_compile_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model's layers run the same kernels over other buffers: each distinct kernel is
+    compiled once per process, not once per place in the plan (a decoding step of
+    SmolLM2 has ~540 kernels and ~30 distinct ones)."""
+    a = _x(3, 37)
+    x = braze.tensor(a, device="cuda")
+    w = [braze.tensor(_x(37), device="cuda") for _ in range(4)]
+    before, launched = braze.stats()["kernels_compiled"], braze.stats()["kernel_launches"]
+    h = x
+    for wi in w:  # four "layers": the same row kernel each time, and a matmul
+        h = braze.softmax(h * wi, -1) @ braze.tensor(np.eye(37, dtype=np.float32), device="cuda")
+    got = h.numpy()
+    compiled = braze.stats()["kernels_compiled"] - before
+    assert braze.stats()["kernel_launches"] - launched >= 4 and compiled <= 2, compiled
+    ref = a
+    for wi in w:
+        e = np.exp(ref * wi.numpy() - (ref * wi.numpy()).max(-1, keepdims=True))
+        ref = e / e.sum(-1, keepdims=True)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
