@@ -17,6 +17,7 @@ from braze.generate import generate_ids
 from braze.models import load_llm
 from braze.runtime.cpu import compiler_available
 
+pytest.importorskip("gguf", reason="the tiny model is written with the gguf package (a test dependency)")
 from zoo_models import Spec, reference_greedy, reference_logits, write
 
 MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "token_embd", "output")
