@@ -171,18 +171,21 @@ class Form:
     call fails half-way, restores exactly the state before the nodes it takes back.
     """
 
-    __slots__ = ("root", "entries", "storages", "key_of", "refs", "produced", "marks", "path", "offs", "off_keys",
-                 "off_marks")
+    __slots__ = ("root", "head", "entries", "storages", "key_of", "refs", "produced", "marks", "path", "offs",
+                 "off_keys", "off_marks")
 
-    def __init__(self) -> None:
+    def __init__(self, head: tuple[Any, ...] = ()) -> None:
         self.root = _root
+        #: entries before the nodes': another device's programs walk their own branch of
+        #: the trie (``runtime/cuda.py`` stores its plans under ``("device", "cuda")``)
+        self.head = head
         self.entries: list[tuple[Any, ...]] = []  # numbered nodes, in order
         self.storages: list[Any] = []  # by rel id
         self.key_of: dict[int, int] = {}  # id(storage) -> rel id
         self.refs: list[int] = []  # operand references to each storage from the nodes
         self.produced: list[int] = []  # rel ids written by pure nodes, ascending
         self.marks: list[int] = []  # storages known before node i
-        self.path: list[TrieNode | None] = [_root]  # trie node after i nodes, up to the first None
+        self.path: list[TrieNode | None] = [_branch(head)]  # trie node after i nodes, up to the first None
         # Offsets into tensors that exist before the flush are placeholders, numbered by
         # first appearance of each (storage, offset): the form keeps which operands share
         # an offset (a kernel reads them through one argument), not the offset itself.
@@ -191,9 +194,9 @@ class Form:
         self.off_marks: list[int] = []  # offset classes known before node i
 
     @classmethod
-    def of(cls, nodes: Sequence[Any]) -> Form:
+    def of(cls, nodes: Sequence[Any], head: tuple[Any, ...] = ()) -> Form:
         """The form of nodes recorded while no form was kept (fusion was off then)."""
-        form = cls()
+        form = cls(head)
         for node in nodes:
             form.add(node)
         form.complete(nodes)
@@ -320,7 +323,7 @@ class Form:
             return self.path[-1]
         # the trie was replaced (``clear``) or this path cut (an eviction) since this stream began: walk it
         node = _root
-        for entry in self.entries:
+        for entry in (*self.head, *self.entries):
             child = node.children.get(entry)
             if child is None:
                 return None
@@ -340,7 +343,19 @@ class Form:
         return frozenset(live)
 
 
-def _insert(entries: Sequence[tuple[Any, ...]], live: frozenset[int], plan: Plan) -> None:
+def _branch(head: tuple[Any, ...]) -> TrieNode:
+    """The trie node a form with entries ``head`` before its nodes' starts from."""
+    node = _root
+    for entry in head:
+        child = node.children.get(entry)
+        if child is None:
+            child = node.children[entry] = TrieNode()
+        node = child
+    return node
+
+
+def insert(entries: Sequence[tuple[Any, ...]], live: frozenset[int], plan: Any) -> None:
+    """Store ``plan`` for the stream of these entries (a form's ``head`` first) and liveness."""
     node = _root
     for entry in entries:
         child = node.children.get(entry)
@@ -379,12 +394,26 @@ def _evict(program: Any) -> None:
 
 
 def stored_plans() -> Iterator[Plan]:
-    """Every plan in the trie (tests, debugging)."""
+    """Every CPU plan in the trie (tests, debugging)."""
     todo = [_root]
     while todo:
         node = todo.pop()
-        yield from (node.plans or {}).values()
+        yield from (p for p in (node.plans or {}).values() if isinstance(p, Plan))
         todo.extend(node.children.values())
+
+
+def forget(head: tuple[Any, ...]) -> None:
+    """Drop the branch of the trie under ``head`` (another device's plans; tests)."""
+    if not head:
+        return
+    parent: TrieNode | None = _branch(head[:-1])
+    node = parent.children.pop(head[-1], None) if parent is not None else None
+    if node is not None:
+        todo = [node]
+        while todo:  # a form or a jit copy holding one of these walks anew
+            n = todo.pop()
+            n.dead = True
+            todo.extend(n.children.values())
 
 
 # -- building a plan ---------------------------------------------------------------------
@@ -740,7 +769,7 @@ def execute(nodes: "deque[Any]") -> None:
                     if plan.compiled:
                         _variants[shape_free] = _variants.get(shape_free, 0) + 1
                     plan.program = ops
-                    _insert(entries, live, plan)
+                    insert(entries, live, plan)
                     _homes.setdefault(ops, []).append((tuple(entries), live, shape_free))
                     # the cap counts programs, not their shapes (shapes replay generic kernels)
                     while len(_shapes) > max(1, _cap()):

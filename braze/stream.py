@@ -215,10 +215,22 @@ def _form() -> Tracker | None:
     return _plan_module().Form()
 
 
+#: where the cuda device's plans are in the plan trie: a branch of their own (a program's
+#: entries do not name a device, and a CPU plan is no cuda plan)
+CUDA_HEAD: tuple[Any, ...] = (("device", "cuda"),)
+
+
+def _cuda_form() -> Tracker | None:
+    if not fusion_enabled():
+        return None
+    return _plan_module().Form(CUDA_HEAD)
+
+
 def stream(device: str = "cpu") -> Stream:
     s = _streams.get(device)
     if s is None:
-        s = _streams[device] = Stream(_execute if device == "cpu" else _execute_cuda, tracker=_form)
+        s = _streams[device] = (Stream(_execute, tracker=_form) if device == "cpu"
+                                else Stream(_execute_cuda, tracker=_cuda_form))
     return s
 
 

@@ -38,7 +38,7 @@ from ..schedule import ExternStep, KernelStep, schedule
 from ..schedule.fuse import refuse
 from ..storage import Storage
 from ..stats import COUNTERS
-from ..stream import NodeQueue, set_cuda_executor
+from ..stream import CUDA_HEAD, NodeQueue, set_cuda_executor
 from . import cpu, cuda_memory
 from .cuda_graph import Graphs
 from .cuda_probe import interpreting, unavailable
@@ -265,10 +265,6 @@ def _arena(steps: Sequence[Launch], storages: Sequence[Any], live: frozenset[int
     return out, at
 
 
-_plans: dict[Any, Plan] = {}
-PLAN_CAP = 512
-
-
 def _refuse(ops: Sequence[str], what: str) -> Unsupported:
     return Unsupported(", ".join(dict.fromkeys(ops)), f"not built for device 'cuda' yet ({what}); "
                                                       "run it on the CPU (.to('cpu'))")
@@ -426,22 +422,22 @@ def execute(nodes: Any) -> None:
     if isinstance(nodes, NodeQueue):
         nodes.form = None
     if not isinstance(form, fused.Form):
-        form = fused.Form.of(nodes)
+        form = fused.Form.of(nodes, CUDA_HEAD)
     entries = form.complete(nodes)
     live = form.live()
-    try:
-        key: Any = (tuple(entries), live)
-        plan = _plans.get(key)
-    except TypeError:  # an attribute that cannot be hashed: plan it every time
-        key, plan = None, None
-    if plan is None:
+    # Plans live in the CPU's plan trie, on a branch of their own (``CUDA_HEAD``): a
+    # repeated program is found as the stream records it, and ``braze.jit`` restores
+    # its form instead of numbering it node by node.
+    at = form.cursor()
+    plan: Any = at.plans.get(live) if at is not None and at.plans is not None else None
+    if not isinstance(plan, Plan):
         COUNTERS["plan_misses"] += 1
         steps = build(list(nodes), form.key_of, live)
         plan = Plan(steps, Graphs(), *_arena(steps, form.storages, live))
-        if key is not None:
-            if len(_plans) >= PLAN_CAP:
-                _plans.clear()
-            _plans[key] = plan
+        try:
+            fused.insert((*CUDA_HEAD, *entries), live, plan)
+        except TypeError:  # an attribute that cannot be hashed: planned every time
+            pass
     else:
         COUNTERS["plan_hits"] += 1
     ran = list(nodes)
@@ -453,7 +449,7 @@ def execute(nodes: Any) -> None:
 
 def clear() -> None:
     """Forget every cuda plan (tests)."""
-    _plans.clear()
+    fused.forget(CUDA_HEAD)
 
 
 def execute_reference(nodes: Any) -> None:
