@@ -343,8 +343,9 @@ class Form:
         return frozenset(live)
 
 
-def _branch(head: tuple[Any, ...]) -> TrieNode:
-    """The trie node a form with entries ``head`` before its nodes' starts from."""
+def _branch(head: Sequence[tuple[Any, ...]]) -> TrieNode:
+    """The trie node the entries ``head`` lead to from the root, made where missing: where
+    a form whose nodes follow ``head`` starts, or where a plan is stored."""
     node = _root
     for entry in head:
         child = node.children.get(entry)
@@ -356,12 +357,7 @@ def _branch(head: tuple[Any, ...]) -> TrieNode:
 
 def insert(entries: Sequence[tuple[Any, ...]], live: frozenset[int], plan: Any) -> None:
     """Store ``plan`` for the stream of these entries (a form's ``head`` first) and liveness."""
-    node = _root
-    for entry in entries:
-        child = node.children.get(entry)
-        if child is None:
-            child = node.children[entry] = TrieNode()
-        node = child
+    node = _branch(entries)
     if node.plans is None:
         node.plans = {}
     node.plans[live] = plan
