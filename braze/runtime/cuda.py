@@ -434,8 +434,12 @@ def execute(nodes: Any) -> None:
         COUNTERS["plan_misses"] += 1
         steps = build(list(nodes), form.key_of, live)
         plan = Plan(steps, Graphs(), *_arena(steps, form.storages, live))
+        global _stored
+        if _stored >= PLAN_CAP:  # as the interpreter's cache was: past the cap, start afresh
+            clear()
         try:
             fused.insert((*CUDA_HEAD, *entries), live, plan)
+            _stored += 1
         except TypeError:  # an attribute that cannot be hashed: planned every time
             pass
     else:
@@ -447,9 +451,17 @@ def execute(nodes: Any) -> None:
         st.producer = None
 
 
+#: cuda plans stored in the trie, and how many may be before they are all dropped (each
+#: may hold CUDA graphs)
+_stored = 0
+PLAN_CAP = 512
+
+
 def clear() -> None:
-    """Forget every cuda plan (tests)."""
+    """Forget every cuda plan (tests, and past ``PLAN_CAP``)."""
+    global _stored
     fused.forget(CUDA_HEAD)
+    _stored = 0
 
 
 def execute_reference(nodes: Any) -> None:
