@@ -194,12 +194,15 @@ Expr = Union[Load, Const, Coord, Acc, Op, Dot, Var]
 
 @dataclass(frozen=True)
 class Reduce:
-    op: str  # sum, max, min, prod, any, all
+    op: str  # sum, max, min, prod, any, all; argmax, argmin (``codegen/argfold.py``)
     expr: Expr
-    dtype: DType  # accumulator dtype
+    dtype: DType  # accumulator dtype (an arg fold's: int64, the index it gives)
     #: in a rolling kernel, ``h(t, old, new)`` (``Var`` t, old{p} and new{p} for each
     #: earlier stage p) that repairs the partial fold when its producers move
     repair: Expr | None = None
+    #: an arg fold's position of the element along the row (an int64 ``Coord``): what
+    #: the fold keeps beside the extreme ``expr``, and what it gives
+    index: Expr | None = None
 
 
 @dataclass(frozen=True)
@@ -338,6 +341,8 @@ def stage_exprs(s: Stage) -> list[Expr]:
         return [s.weight, s.v, s.post]
     if isinstance(s, Store) and s.at:
         return [s.expr, *(i for i, _ in s.at)]
+    if isinstance(s, Reduce) and s.index is not None:
+        return [s.expr, s.index]
     return [s.expr]
 
 

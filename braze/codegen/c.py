@@ -20,7 +20,7 @@ from typing import Any, Callable
 from .. import dtypes as dt
 from .. import ir
 from ..dtypes import DType
-from . import checks, qlib, quant
+from . import argfold, checks, qlib, quant
 from .loops import Temporaries, is_float_minmax, passes
 from .headers import header
 
@@ -348,8 +348,8 @@ def _column_reduction(k: ir.Kernel) -> bool:
     matrix: one row is one column of memory, so walking a row strides through memory.
     Such a kernel is better run with the loops swapped: for a block of rows, walk the
     reduced dim outside and the rows inside, where the loads are contiguous."""
-    if len(k.outer) != 1 or not k.inner or any(isinstance(s, ir.Store) for s in k.stages):
-        return False
+    if len(k.outer) != 1 or not k.inner or any(isinstance(s, ir.Store) or argfold.is_arg(s) for s in k.stages):
+        return False  # (an arg fold walks its row in lanes: codegen/argfold.py)
     reduces = [s for s in k.stages if isinstance(s, ir.Reduce)]
     if not reduces or len(passes(k)) != 1:
         return False
@@ -366,6 +366,10 @@ def _fold(k: ir.Kernel, indices: list[int], r: Renderer, acc: str, nan: str) -> 
         s = k.stages[i]
         assert isinstance(s, ir.Reduce)
         x = r.expr(s.expr)
+        if argfold.is_arg(s):
+            assert s.index is not None
+            updates += argfold.c_update(s, i, x, r.expr(s.index))
+            continue
         if is_float_minmax(s):
             updates.append(f"{nan.format(i)} |= ({x} != {x});")
         else:
@@ -727,9 +731,14 @@ def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, str
         lines.append(f"{body_indent}if (redo) {{")
     for p in levels:
         clauses = []
+        args = [i for i in p if argfold.is_arg(k.stages[i])]
         for i in p:
             s = k.stages[i]
             assert isinstance(s, ir.Reduce)
+            if i in args:  # lanes of (value, index), combined after the loop
+                d = s.expr.dtype
+                lines += [body_indent + t for t in argfold.c_declare(s, i, vtype(d), _const(argfold.identity(s.op, d), d))]
+                continue
             decl = "" if rolled else f"{vtype(s.dtype)} "
             lines.append(f"{body_indent}{decl}acc{i} = {_reduce_init(s.op, s.dtype)};")
             if is_float_minmax(s):
@@ -740,7 +749,13 @@ def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, str
         body = _fold(k, p, fold, "acc{}", "nan{}")
         if p is levels[-1]:
             body += [f"a{st.arg}[{fold.index(st.index)}] = {fold.memo[e]};" for e, st in stash.items()]
-        lines += inner_loop(body, "".join(clauses))
+        if args:
+            assert len(k.inner) == 1  # (an arg fold folds one dim)
+            lines += argfold.c_loop(k.inner[0], coords[-1], "".join(clauses), body, body_indent)
+            for i in args:
+                lines += [body_indent + t for t in argfold.c_finish(k.stages[i], i, vtype(k.stages[i].expr.dtype))]  # type: ignore[arg-type]
+        else:
+            lines += inner_loop(body, "".join(clauses))
         for i in p:
             if is_float_minmax(k.stages[i]):  # type: ignore[arg-type]
                 lines.append(f"{body_indent}if (nan{i}) acc{i} = NAN;")

@@ -5,6 +5,8 @@ body's subexpressions become temporaries."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import ir
 
 
@@ -56,6 +58,8 @@ class Temporaries:
 def _stage_exprs(s: ir.Stage) -> list[ir.Expr]:
     if isinstance(s, ir.Store):
         return [s.expr, *(i for i, _ in s.at)]
+    if isinstance(s, ir.Reduce) and s.index is not None:
+        return [s.expr, s.index]
     if isinstance(s, (ir.Reduce, ir.Scan, ir.StoreRow)):
         return [s.expr]
     return []
@@ -116,7 +120,7 @@ def collapsed(k: ir.Kernel) -> ir.Kernel:
         elif isinstance(s, ir.StoreRow):
             stages.append(ir.StoreRow(s.arg, affine(s.index), ir.mapped(s.expr, leaf)))
         elif isinstance(s, ir.Reduce):
-            stages.append(ir.Reduce(s.op, ir.mapped(s.expr, leaf), s.dtype, s.repair))
+            stages.append(replace(s, expr=ir.mapped(s.expr, leaf)))
         else:
             assert isinstance(s, ir.Scan)
             stages.append(ir.Scan(s.op, ir.mapped(s.expr, leaf), s.dtype))

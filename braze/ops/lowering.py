@@ -41,8 +41,11 @@ class ReduceSpec:
     correction: float = 0.0
 
 
+#: The arg folds: the first position of a row's extreme (NaN the largest), a fold of
+#: (value, index) pairs (``ir.Reduce.index``, ``codegen/argfold.py``).
+ARG_REDUCTIONS = frozenset({"argmax", "argmin"})
 #: The reductions that lower; the scheduler treats their nodes as row folds.
-REDUCTIONS = frozenset({"sum", "prod", "mean", "var", "amax", "amin", "any", "all"})
+REDUCTIONS = frozenset({"sum", "prod", "mean", "var", "amax", "amin", "any", "all"}) | ARG_REDUCTIONS
 #: The scans that lower (``ir.Scan``: a prefix fold along the row, ``post`` "scan").
 SCANS = frozenset({"cumsum"})
 
@@ -86,6 +89,8 @@ def _reduce(op: str) -> Lowering:
             return ReduceSpec("sum", dt.float64 if src is dt.float64 else dt.float32, "var", attrs["correction"])
         if op in ("any", "all"):
             return ReduceSpec(op, dt.bool_, "none")
+        if op in ARG_REDUCTIONS and attrs["in_shapes"][0] and len(attrs["dims"]) == 1:
+            return ReduceSpec(op, dt.int64, "none")  # (a 0-d input's is a constant 0: the reference's)
         return None
     return lower
 

@@ -37,7 +37,7 @@ from typing import Any
 from .. import dtypes as dt
 from .. import ir
 from ..layout import Layout
-from ..ops.lowering import GATHERS, REDUCTIONS, SCANS
+from ..ops.lowering import ARG_REDUCTIONS, GATHERS, REDUCTIONS, SCANS
 from . import repair
 
 from .group import Group, Value, affine
@@ -107,7 +107,7 @@ def find(s: "Scheduler", i: int) -> Chain | str:
                 chain.last = n
                 break
             return "the second matmul does not read the scores' row as its left operand"
-        if nd.op.lower is None or nd.op.name in GATHERS or nd.op.name in SCANS:
+        if nd.op.lower is None or nd.op.name in GATHERS or nd.op.name in SCANS or nd.op.name in ARG_REDUCTIONS:
             return f"{nd.op.name} reads the scores and has no lowering in a chain"
         oshape = nd.outputs[0].layout.shape
         if nd.op.name in REDUCTIONS:

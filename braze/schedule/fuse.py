@@ -35,7 +35,7 @@ from typing import Any, Sequence
 from .. import dtypes as dt
 from .. import ir
 from ..layout import Layout, Shape
-from ..ops.lowering import GATHERS, REDUCTIONS, SCANS, ReduceSpec
+from ..ops.lowering import ARG_REDUCTIONS, GATHERS, REDUCTIONS, SCANS, ReduceSpec
 from . import dce
 from . import recompute
 from . import chain
@@ -694,7 +694,12 @@ class Scheduler:
             x = arg if arg.dtype is spec.acc else ir.Op("cast", (arg,), spec.acc)
             dev = ir.Op("sub", (x, mean), spec.acc)
             arg = ir.Op("mul", (dev, dev), spec.acc)
-        g.stages.append(ir.Scan(spec.op, arg, spec.acc) if spec.post == "scan" else ir.Reduce(spec.op, arg, spec.acc))
+        if spec.post == "scan":
+            g.stages.append(ir.Scan(spec.op, arg, spec.acc))
+        elif spec.op in ARG_REDUCTIONS:  # the fold keeps the position along the folded dim beside the value
+            g.stages.append(ir.Reduce(spec.op, arg, spec.acc, index=ir.Coord(g.elem_map[self.folded(node)[0]], dt.int64)))
+        else:
+            g.stages.append(ir.Reduce(spec.op, arg, spec.acc))
         acc: ir.Expr = ir.Acc(len(g.stages) - 1, spec.acc)
         out = node.outputs[0].storage.dtype
         if spec.post in ("mean", "var"):
