@@ -753,7 +753,9 @@ def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, str
             assert len(k.inner) == 1  # (an arg fold folds one dim)
             lines += argfold.c_loop(k.inner[0], coords[-1], "".join(clauses), body, body_indent)
             for i in args:
-                lines += [body_indent + t for t in argfold.c_finish(k.stages[i], i, vtype(k.stages[i].expr.dtype))]  # type: ignore[arg-type]
+                a = k.stages[i]
+                assert isinstance(a, ir.Reduce)
+                lines += [body_indent + t for t in argfold.c_finish(a, i, vtype(a.expr.dtype))]
         else:
             lines += inner_loop(body, "".join(clauses))
         for i in p:
