@@ -40,6 +40,7 @@ from typing import Any, Callable
 from .. import dtypes as dt
 from .. import ir
 from ..dtypes import DType
+from . import argfold
 from .loops import Temporaries, collapsed, is_float_minmax, passes
 
 #: lanes of a row walked at once, at most (a power of two, as ``tl.arange`` needs)
@@ -457,6 +458,11 @@ def kernel_source(k: Any, name: str) -> Rendered:
         for i in p:
             s = k.stages[i]
             assert isinstance(s, ir.Reduce)
+            if argfold.is_arg(s):  # lane vectors of (value, index), combined after the walk
+                t, ident = _arg_type(s)
+                lines += [f"    av{i} = tl.full([BLOCK], {ident}, {t})", f"    ai{i} = tl.zeros([BLOCK], tl.int64)"]
+                body += _arg_values(r, s, i) + argfold.triton_update(s, i, f"x{i}", f"idx{i}")
+                continue
             acc_t = vtype(s.dtype)
             lines.append(f"    acc{i} = tl.full([BLOCK], {identity(s.op, s.dtype)}, {acc_t})")
             if is_float_minmax(s):
@@ -472,6 +478,9 @@ def kernel_source(k: Any, name: str) -> Rendered:
         for i in p:
             s = k.stages[i]
             assert isinstance(s, ir.Reduce)
+            if argfold.is_arg(s):
+                lines += ["    " + t for t in argfold.triton_finish(s, i)]
+                continue
             lines.append(f"    acc{i} = " + _FOLD[s.op][1].format(acc=f"acc{i}"))
             if is_float_minmax(s):
                 lines.append(f"    acc{i} = tl.where(tl.max(nan{i}, axis=0) != 0, float('nan'), acc{i})")
@@ -568,6 +577,10 @@ def _persistent(k: ir.Kernel, name: str) -> Rendered:
         for i in p:
             s = k.stages[i]
             assert isinstance(s, ir.Reduce)
+            if argfold.is_arg(s):  # every lane at once: the lanes are the row
+                lines += ["    " + t for t in _arg_values(r, s, i) + [f"av{i} = x{i}", f"ai{i} = idx{i}"]
+                          + argfold.triton_finish(s, i)]
+                continue
             acc_t = vtype(s.dtype)
             x = r.expr(s.expr)
             lines += ["    " + t for t in r.take()]
@@ -584,6 +597,21 @@ def _persistent(k: ir.Kernel, name: str) -> Rendered:
             lines.append(f"    tl.store(a{s.arg} + {r.index(s.index)}{lanes}, {stored(value, k.args[s.arg][0])}, mask=m)")
     meta = {"BLOCK": block, "num_warps": min(16, max(4, block // 256))}
     return Rendered(PRELUDE + "\n".join(lines) + "\n", name, (prod(k.outer),), meta)
+
+
+def _arg_type(s: ir.Reduce) -> tuple[str, str]:
+    """An arg fold's value type (bools as int32) and its identity, as Triton spells them."""
+    d = s.expr.dtype
+    return ("tl.int32" if d is dt.bool_ else vtype(d)), literal(argfold.identity(s.op, d), d)
+
+
+def _arg_values(r: Renderer, s: ir.Reduce, i: int) -> list[str]:
+    """Statements giving an arg fold's lane values ``x{i}`` (the identity in masked
+    lanes, which never beats it) and positions ``idx{i}``."""
+    assert s.index is not None
+    t, ident = _arg_type(s)
+    x, idx = r.expr(s.expr), r.expr(s.index)
+    return r.take() + [f"x{i} = tl.where(m, ({x}).to({t}), tl.full([], {ident}, {t}))", f"idx{i} = {idx} + 0 * j"]
 
 
 def _row_stores(k: ir.Kernel, coords: list[str]) -> list[str]:

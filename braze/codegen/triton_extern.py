@@ -12,7 +12,6 @@ from math import prod
 from typing import Any, Callable
 
 from .triton import NotRendered, Rendered
-from .triton_arg import arg_source
 from .triton_gemm import gemm_source
 from .triton_quant import qlinear_source, qrows_source
 
@@ -39,14 +38,7 @@ def _dequantize(node: Any, name: str, interpret: bool) -> Rendered:
     return qrows_source(w, node.attrs["qtype"], prod(w.shape[:-1]), name, ids=False, interpret=interpret)
 
 
-def _arg(node: Any, name: str, interpret: bool) -> Rendered:
-    x = node.inputs[0]
-    return arg_source(node.op.name, x.layout, x.storage.dtype, tuple(node.attrs["dims"]), name)
-
-
 EXTERN: dict[str, Callable[[Any, str, bool], Rendered]] = {
-    "argmax": _arg,
-    "argmin": _arg,
     "matmul": _matmul,
     "qlinear": _qlinear,
     "qembedding": _qembedding,
