@@ -19,8 +19,10 @@ from braze.runtime.cpu import compiler_available
 needs_cc = pytest.mark.skipif(not compiler_available(), reason="no C compiler")
 
 
-def both(fn: Callable[..., Any], *arrays: np.ndarray, monkeypatch: Any) -> tuple[list[np.ndarray], dict[str, int]]:
-    """``fn`` fused (its outputs and stats) after checking it against the reference."""
+def both(fn: Callable[..., Any], *arrays: np.ndarray, monkeypatch: Any,
+         rtol: float = 0.0) -> tuple[list[np.ndarray], dict[str, int]]:
+    """``fn`` fused (its outputs and stats) after checking it against the reference:
+    equal, or within ``rtol`` (a sum folded in another order than numpy's)."""
     def go() -> tuple[list[np.ndarray], dict[str, int]]:
         braze.reset_stats()
         out = fn(*[braze.from_numpy(a) for a in arrays])
@@ -34,7 +36,10 @@ def both(fn: Callable[..., Any], *arrays: np.ndarray, monkeypatch: Any) -> tuple
         got, st = go()
     for g, r in zip(got, ref):
         assert g.dtype == r.dtype
-        np.testing.assert_array_equal(g, r)
+        if rtol:
+            np.testing.assert_allclose(g, r, rtol=rtol, atol=rtol * float(np.abs(r).max(initial=0)))
+        else:
+            np.testing.assert_array_equal(g, r)
     return got, st
 
 
@@ -235,9 +240,33 @@ def test_a_cumsum_takes_its_producer_and_consumer_into_its_kernel(monkeypatch: A
     # top-p sampling's cumulative probabilities: the softmax and the scan in one kernel
     got, st = both(lambda x: braze.softmax(x, -1).cumsum(-1) > 0.9, a, monkeypatch=monkeypatch)
     assert st["kernel_launches"] == 1
-    # a reduction of the scanned values is a kernel of its own
-    _, st = both(lambda x: x.cumsum(-1).amax(-1), a, monkeypatch=monkeypatch)
-    assert st["kernel_launches"] == 2
+    # a reduction of the scanned values folds in a walk that scans, in the same kernel
+    got, st = both(lambda x: x.cumsum(-1).amax(-1), a, monkeypatch=monkeypatch)
+    assert st["kernel_launches"] == 1
+    np.testing.assert_array_equal(got[0], np.cumsum(a, -1).max(-1))
+
+
+@needs_cc
+@pytest.mark.parametrize("n", [7, 256, 700])
+def test_folds_of_scanned_values_and_what_reads_them_are_one_kernel(n: int, monkeypatch: Any) -> None:
+    """Top-p's renormalisation after the sort: the scan, a sum of the values it masks,
+    the stores dividing by that sum (a second walk that scans again); and a scan of a
+    softmax whose values are folded: its max and sum, the scan, a fold of it."""
+    rng = np.random.default_rng(12)
+    a = -np.sort(-np.abs(rng.standard_normal((9, n)).astype(np.float32)), -1) / n
+
+    def top_p(x: Any) -> Any:
+        kept = x.masked_fill(x.cumsum(-1) - x > 0.9 / n * 10, 0.0)
+        return kept / kept.sum(-1, keepdim=True)
+    got, st = both(top_p, a, monkeypatch=monkeypatch, rtol=1e-5)
+    assert st["kernel_launches"] == 1
+    c = np.cumsum(a, -1)
+    kept = np.where(c - a > 0.9 / n * 10, 0, a)
+    np.testing.assert_allclose(got[0], kept / kept.sum(-1, keepdims=True), rtol=1e-5)
+    got, st = both(lambda x: ((x.softmax(-1).cumsum(-1) < 0.5).sum(-1), x.cumsum(-1).sum(-1)), a,
+                   monkeypatch=monkeypatch, rtol=1e-5)
+    assert st["kernel_launches"] == 1
+    assert (got[0] <= n).all()
 
 
 def test_cumsum_of_non_contiguous_views(monkeypatch: Any) -> None:

@@ -21,7 +21,7 @@ from .. import dtypes as dt
 from .. import ir
 from ..dtypes import DType
 from . import argfold, checks, qlib, quant
-from .loops import Temporaries, is_float_minmax, passes
+from .loops import Temporaries, is_float_minmax, passes, scans
 from .headers import header
 
 CTYPE = {
@@ -348,7 +348,7 @@ def _column_reduction(k: ir.Kernel) -> bool:
     matrix: one row is one column of memory, so walking a row strides through memory.
     Such a kernel is better run with the loops swapped: for a block of rows, walk the
     reduced dim outside and the rows inside, where the loads are contiguous."""
-    if len(k.outer) != 1 or not k.inner or any(isinstance(s, ir.Store) or argfold.is_arg(s) for s in k.stages):
+    if len(k.outer) != 1 or not k.inner or any(isinstance(s, (ir.Store, ir.Scan)) or argfold.is_arg(s) for s in k.stages):
         return False  # (an arg fold walks its row in lanes: codegen/argfold.py)
     reduces = [s for s in k.stages if isinstance(s, ir.Reduce)]
     if not reduces or len(passes(k)) != 1:
@@ -424,8 +424,8 @@ def _stashes(k: ir.Kernel, passes: list[list[int]]) -> dict[ir.Expr, ir.Store]:
     it will end up in, and the store pass reads it back instead of recomputing it: the
     row is still in cache, and a load is cheaper than an exp. Only when the output has
     the value's own type, so nothing is rounded on the way."""
-    if not passes:
-        return {}
+    if not passes or any(isinstance(s, ir.Scan) for s in k.stages):
+        return {}  # (a walk that scans keeps its values in its block buffers)
     out: dict[ir.Expr, ir.Store] = {}
     stores = [s for s in k.stages if isinstance(s, ir.Store)]
     for i in passes[-1]:
@@ -639,7 +639,8 @@ CHAIN_RENDERER: Callable[[ir.Kernel, list[str], dict[ir.Expr, str]], str] | None
 #: The renderers of top-k kernels (``codegen/topk.py``) and of a row's element loops
 #: when it scans (``codegen/scan.py``), registered as chain.py's is.
 TOPK_RENDERER: Callable[[ir.TopK, str, int], str] | None = None
-SCAN_RENDERER: Callable[[ir.Kernel, list[str], int, dict[ir.Expr, str]], list[str]] | None = None
+SCAN_RENDERER: Callable[[ir.Kernel, list[str], int, dict[ir.Expr, str], list[int],
+                          Callable[[Renderer], tuple[list[str], str]]], list[str]] | None = None
 #: A scattering kernel's check of every row's index before it stores (``codegen/scatter.py``).
 SCATTER_PREPASS: Callable[[ir.Kernel, dict[ir.Expr, str]], list[str]] | None = None
 
@@ -745,6 +746,13 @@ def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, str
                 lines.append(f"{body_indent}{'' if rolled else 'int '}nan{i} = 0;")
                 clauses.append(f" reduction(|:nan{i})")
             clauses.append(f" reduction({_OMP[s.op]}:acc{i})")
+        scanned = scans(k, p)
+        if scanned:  # a fold of scanned values: in a walk that scans (codegen/scan.py)
+            assert SCAN_RENDERER is not None and not args
+            lines += [body_indent + t for t in SCAN_RENDERER(
+                k, coords, n_out, hoisted, scanned, lambda r: (_fold(k, p, r, "acc{}", "nan{}"), "".join(clauses)))]
+            lines += [f"{body_indent}if (nan{i}) acc{i} = NAN;" for i in p if is_float_minmax(k.stages[i])]  # type: ignore[arg-type]
+            continue
         fold = Renderer(coords, n_outer=n_out, hoisted=hoisted)
         body = _fold(k, p, fold, "acc{}", "nan{}")
         if p is levels[-1]:
@@ -774,7 +782,12 @@ def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, str
         return lines + _streamed_loop(k, coords, elem, body_indent)
     if any(isinstance(s, ir.Scan) for s in k.stages):  # a prefix fold: codegen/scan.py
         assert SCAN_RENDERER is not None, "braze.codegen.scan registers the scan renderer when imported"
-        return lines + [body_indent + t for t in SCAN_RENDERER(k, coords, n_out, elem.hoisted)]
+
+        def stored(r: Renderer) -> tuple[list[str], str]:
+            st = [r.store(s.arg, s.index, s.expr, k.args[s.arg][0]) for s in k.stages if isinstance(s, ir.Store)]
+            return r.take() + st, ""
+        every = [j for j, s in enumerate(k.stages) if isinstance(s, ir.Scan)]
+        return lines + [body_indent + t for t in SCAN_RENDERER(k, coords, n_out, elem.hoisted, every, stored)]
     stores = [elem.store(s.arg, s.index, s.expr, k.args[s.arg][0], s.at) for s in k.stages if isinstance(s, ir.Store)]
     if stores:
         lines += inner_loop(elem.take() + stores)

@@ -10,18 +10,41 @@ from dataclasses import replace
 from .. import ir
 
 
-def passes(k: ir.Kernel) -> list[list[int]]:
-    """Reduce stages grouped into passes: a reduction that reads another's result runs
-    in a later pass; independent reductions (mean and mean of squares) share one."""
+def _levels(k: ir.Kernel) -> dict[int, int]:
+    """The pass each Reduce and Scan stage is computed in: after the reductions it reads
+    (their results are final only once their pass is over), in the pass of the scans it
+    reads (a scan's values exist element by element, in the walk that computes it)."""
     level: dict[int, int] = {}
     for i, s in enumerate(k.stages):
-        if isinstance(s, ir.Reduce):
+        if isinstance(s, (ir.Reduce, ir.Scan)):
             deps = [n.stage for n in ir.walk(s.expr) if isinstance(n, ir.Acc)]
-            level[i] = 1 + max((level[d] for d in deps), default=-1)
+            level[i] = max((level[d] + isinstance(k.stages[d], ir.Reduce) for d in deps), default=0)
+    return level
+
+
+def passes(k: ir.Kernel) -> list[list[int]]:
+    """Reduce stages grouped into passes: a reduction that reads another's result runs
+    in a later pass; independent reductions (mean and mean of squares) share one; a
+    reduction of scanned values runs in a pass that scans (``scans``)."""
+    level = {i: lv for i, lv in _levels(k).items() if isinstance(k.stages[i], ir.Reduce)}
     out: list[list[int]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
     for i, lv in level.items():
         out[lv].append(i)
-    return out
+    return [p for p in out if p]
+
+
+def scans(k: ir.Kernel, stages: list[int]) -> list[int]:
+    """The Scan stages whose values ``stages`` read (directly or through another scan),
+    in stage order: what a walk folding them computes again, block by block."""
+    need: set[int] = set()
+    todo = list(stages)
+    while todo:
+        s = k.stages[todo.pop()]
+        for n in ir.walk(s.expr):  # type: ignore[union-attr]
+            if isinstance(n, ir.Acc) and isinstance(k.stages[n.stage], ir.Scan) and n.stage not in need:
+                need.add(n.stage)
+                todo.append(n.stage)
+    return sorted(need)
 
 
 def is_float_minmax(s: ir.Reduce) -> bool:

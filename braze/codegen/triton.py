@@ -23,7 +23,8 @@ Gathers (``Load.at``) check each index as the C does (``checked``): a bad one re
 smallest and the largest bad value), which the runtime reads after the kernel.
 
 A scan (``cumsum``) walks its row in order, each block's ``tl.cumsum`` on top of the
-sum of the blocks before it.
+sum of the blocks before it; a pass folding scanned values (top-p's renormalising sum)
+scans again in its own walk.
 
 What it does not render yet raises ``NotRendered`` naming it (scatters, the quantized and
 top-k library kernels; chain kernels are ``triton_chain.py``'s); the runtime turns that
@@ -41,7 +42,7 @@ from .. import dtypes as dt
 from .. import ir
 from ..dtypes import DType
 from . import argfold
-from .loops import Temporaries, collapsed, is_float_minmax, passes
+from .loops import Temporaries, collapsed, is_float_minmax, passes, scans
 
 #: lanes of a row walked at once, at most (a power of two, as ``tl.arange`` needs)
 MAX_BLOCK = 1024
@@ -453,8 +454,12 @@ def kernel_source(k: Any, name: str) -> Rendered:
         return out + _coords([f"i{i}" for i in range(n_in)], k.inner, "j", "        ") + ["        " + b for b in body]
 
     for p in passes(k):
-        body = []
+        body: list[str] = []
         r = Renderer(coords, n_out, "m", prefix=f"w{p[0]}_")
+        for i in scans(k, p):  # a fold of scanned values: the walk scans again
+            carry, scanned = _scan(r, k, i)
+            lines.append(carry)
+            body += scanned
         for i in p:
             s = k.stages[i]
             assert isinstance(s, ir.Reduce)
@@ -487,15 +492,11 @@ def kernel_source(k: Any, name: str) -> Rendered:
     lines += _row_stores(k, coords[:n_out])
     elem = Renderer(coords, n_out, "m")
     body = []
-    for i, s in enumerate(k.stages):  # a prefix sum (cumsum): each block's, on top of the blocks' before
+    for i, s in enumerate(k.stages):
         if isinstance(s, ir.Scan):
-            acc_t = vtype(s.dtype)
-            lines.append(f"    carry{i} = tl.full([], 0, {acc_t})")
-            x = elem.expr(s.expr)
-            body += elem.take()
-            body += [f"x{i} = tl.where(m, ({x}).to({acc_t}), tl.full([], 0, {acc_t}))",
-                     f"acc{i} = tl.cumsum(x{i}, axis=0) + carry{i}",
-                     f"carry{i} = carry{i} + tl.sum(x{i}, axis=0)"]
+            carry, scanned = _scan(elem, k, i)
+            lines.append(carry)
+            body += scanned
     for s in k.stages:
         if isinstance(s, ir.Store):
             value = elem.expr(s.expr)
@@ -506,6 +507,19 @@ def kernel_source(k: Any, name: str) -> Rendered:
     if body:
         lines += walk(body)
     return Rendered(PRELUDE + "\n".join(lines) + "\n", name, (rows,), {"BLOCK": block})
+
+
+def _scan(r: Renderer, k: ir.Kernel, i: int) -> tuple[str, list[str]]:
+    """A prefix sum (cumsum) in a walk: the carry's start (before the walk), and the body
+    giving the block's values ``acc{i}``, each on top of the blocks' before."""
+    s = k.stages[i]
+    assert isinstance(s, ir.Scan)
+    acc_t = vtype(s.dtype)
+    x = r.expr(s.expr)
+    return f"    carry{i} = tl.full([], 0, {acc_t})", r.take() + [
+        f"x{i} = tl.where(m, ({x}).to({acc_t}), tl.full([], 0, {acc_t}))",
+        f"acc{i} = tl.cumsum(x{i}, axis=0) + carry{i}",
+        f"carry{i} = carry{i} + tl.sum(x{i}, axis=0)"]
 
 
 #: lanes per program of an element-wise kernel, and its warps (8 elements a thread: two

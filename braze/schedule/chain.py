@@ -295,7 +295,7 @@ def rolling(stages: list[ir.Stage], n_outer: int, inner: tuple[int, ...]) -> lis
     reduces = [st for st in stages if isinstance(st, ir.Reduce)]
     dependent = [st for st in reduces if _producers(st.expr)]
     if not dependent or len(inner) != 1 or inner[0] < ROLL_MIN \
-            or any(isinstance(st, (ir.Store, ir.Contract)) for st in stages) \
+            or any(isinstance(st, (ir.Store, ir.Contract, ir.Scan)) for st in stages) \
             or any(st.dtype is not dt.float32 for st in reduces):
         return stages
     out: list[ir.Stage] = []

@@ -499,8 +499,10 @@ class Scheduler:
                 return f"a {kind} over a row value"
             if node.op.name in ("cat", "pad"):
                 return f"{node.op.name} reads #{o.storage.id} at shifted coordinates, not where the group computes it"
-        if kind == "reduce" and any(isinstance(s, (ir.Store, ir.Scan)) for s in g.stages):
-            return "the group already stores element values (or scans) before this reduction"
+        if kind == "reduce" and any(isinstance(s, ir.Store) for s in g.stages):
+            return "the group already stores element values before this reduction"
+        if kind == "reduce" and node.op.name in ARG_REDUCTIONS and any(isinstance(s, ir.Scan) for s in g.stages):
+            return f"{node.op.name} of scanned values (an arg fold walks its row in lanes, a scan in order)"
         return ""
 
     @staticmethod

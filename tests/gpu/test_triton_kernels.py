@@ -207,6 +207,22 @@ def test_cumsum(monkeypatch: pytest.MonkeyPatch) -> None:
     np.testing.assert_array_equal(got, ref)
 
 
+def test_a_fold_of_scanned_values_is_in_the_scan_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Top-p's renormalisation: a sum of values the scan masks, then the stores dividing by
+    it (each walk scans again), and a max of the scan itself: one kernel each."""
+    a = np.sort(np.abs(_x(3, 1500)), -1)[:, ::-1].copy() / 500  # more than one block: the carry
+
+    def top_p(x: Tensor) -> Tensor:
+        kept = x.masked_fill(x.cumsum(-1) - x > 0.9, 0.0)
+        return kept / kept.sum(-1, keepdim=True)
+    got, ref = on_both(monkeypatch, top_p, a)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-7)
+    got, ref = on_both(monkeypatch, lambda x: x.cumsum(-1).amax(-1), a)
+    np.testing.assert_allclose(got, ref, rtol=1e-5)
+    x = braze.tensor(a, device="cuda")
+    assert _launches(lambda: top_p(x).numpy()) == 1
+
+
 def test_empty_rows_and_sizes() -> None:
     z = braze.zeros(3, 0, device="cuda")
     np.testing.assert_array_equal(z.sum(-1).numpy(), np.zeros(3))  # a fold over no element: its identity

@@ -115,7 +115,6 @@ def draw(case: Idiom, seed: int) -> list[Any]:
 
 # Reasons shared by cases whose count waits on concurrent work (issue 15, part 3) or on a
 # known limitation of the scheduler: each case that uses one is a strict xfail.
-PENDING_CUMSUM = "pending: cumsum rows as a kernel (issue 15 part 3: extern step today)"
 PENDING_GATHER = "pending: gather / take_along_dim as index expressions (issue 15 part 3: extern step today)"
 PENDING_INT_CAST = "pending: float -> integer casts as kernels (issue 15 part 3: extern step today)"
 PENDING_TOPK = "pending: topk of small k as a kernel (issue 15 part 3: extern step today)"

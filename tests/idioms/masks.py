@@ -11,7 +11,7 @@ import braze
 
 from . import npref as R
 from .corpus import (
-    MASKED_WRITE, PENDING_CUMSUM, PENDING_INT_CAST, bools, idiom, padding_mask, randn)
+    MASKED_WRITE, PENDING_INT_CAST, bools, idiom, padding_mask, randn)
 
 S = 12
 MIN = float(np.finfo(np.float32).min)

@@ -11,7 +11,7 @@ import braze
 import braze.nn.functional as F
 
 from . import npref as R
-from .corpus import PENDING_CUMSUM, idiom, randint, randn
+from .corpus import idiom, randint, randn
 
 B, V = 4, 64
 LOGITS = randn(B, V, scale=3.0)
@@ -60,7 +60,7 @@ def _top_p_np(x, p=0.9):
     return s / s.sum(-1, keepdims=True)
 
 
-@idiom(LOGITS, kernels=3, oracle=_top_p_np, pending=PENDING_CUMSUM)
+@idiom(LOGITS, kernels=3, oracle=_top_p_np)
 def top_p_renormalised_llama_reference(logits):  # sample_top_p, before the multinomial draw
     probs = braze.softmax(logits, dim=-1)
     probs_sort, probs_idx = braze.sort(probs, dim=-1, descending=True)
