@@ -5,7 +5,8 @@ it; an in-place write is always needed (it changes a storage that outlives the
 flush). Walking the nodes backwards finds every dead node at once, so a chain of
 values that only feed each other dies whole. The common case is a multi-result idiom
 whose other result is dropped: ``x.max(dim)[0]`` records the maximum and its argmax,
-and without this the argmax ran (an extern step) and split the kernels around it.
+and without this the argmax would be folded too (once an extern step that split the
+kernels around it; in an attention chain it still would: chains claim no arg fold).
 
 The reference executor still runs every node (it is the truth, including for errors a
 dead node would raise: an index out of range that the recording could not check).
