@@ -120,6 +120,14 @@ def test_values_and_indices_are_one_kernel(op: str, monkeypatch: Any) -> None:
     _launches(st, 1)
 
 
+def test_argmax_and_argmin_of_one_row_are_one_kernel(monkeypatch: Any) -> None:
+    a = rng.integers(-9, 9, (5, 333)).astype(np.int16)
+    got, st = both(lambda x: (x.argmax(-1), x.argmin(-1), (x * 2).argmax(-1, keepdim=True)), a, monkeypatch=monkeypatch)
+    _launches(st, 1)
+    np.testing.assert_array_equal(got[0], a.argmax(-1))
+    np.testing.assert_array_equal(got[1], a.argmin(-1))
+
+
 def test_one_kernel_at_several_shapes_of_one_program(monkeypatch: Any) -> None:
     for shape in [(4, 100), (8, 1000), (3, 65)]:
         a = rng.standard_normal(shape).astype(np.float32)

@@ -52,20 +52,22 @@ def _cmp(op: str) -> str:
     return ">" if op == "argmax" else "<"
 
 
-# -- C ---------------------------------------------------------------------------------
-
-def _c_beats(op: str, x: str, v: str, d: DType) -> str:
-    """C: does ``x`` replace the running extreme ``v``? (NaN: only the first one.)"""
+def _beats(op: str, x: str, v: str, d: DType) -> str:
+    """Does ``x`` replace the running extreme ``v``? (NaN: only the first one.) The
+    same text in C and in Triton (``|`` and ``&`` of comparisons)."""
     if d.is_floating_point:
         return f"(({x} {_cmp(op)} {v}) | (({x} != {x}) & ({v} == {v})))"
     return f"({x} {_cmp(op)} {v})"
+
+
+# -- C ---------------------------------------------------------------------------------
 
 
 def _c_same(x: str, v: str, d: DType) -> str:
     return f"(({x} == {v}) | (({x} != {x}) & ({v} != {v})))" if d.is_floating_point else f"({x} == {v})"
 
 
-def c_declare(s: ir.Reduce, i: int, vt: str, init: str) -> list[str]:
+def c_declare(i: int, vt: str, init: str) -> list[str]:
     """The lanes of stage ``i`` (values of C type ``vt``, starting at ``init``), per row."""
     return [f"{vt} av{i}[{LANES}]; int64_t ai{i}[{LANES}];",
             f"for (int l = 0; l < {LANES}; l++) {{ av{i}[l] = {init}; ai{i}[l] = 0; }}"]
@@ -77,7 +79,7 @@ def c_update(s: ir.Reduce, i: int, x: str, index: str) -> list[str]:
     sel = "braze__seld" if d is dt.float64 else "braze__sel" if d.is_floating_point else None
     t = f"t{i}"
     value = f"{sel}({t}, {x}, av{i}[l])" if sel else f"({t} ? {x} : av{i}[l])"
-    return [f"const int {t} = {_c_beats(s.op, x, f'av{i}[l]', d)};",
+    return [f"const int {t} = {_beats(s.op, x, f'av{i}[l]', d)};",
             f"av{i}[l] = {value};",
             f"ai{i}[l] = {t} ? {index} : ai{i}[l];"]
 
@@ -85,11 +87,12 @@ def c_update(s: ir.Reduce, i: int, x: str, index: str) -> list[str]:
 def c_finish(s: ir.Reduce, i: int, vt: str) -> list[str]:
     """The lanes combined into ``acc{i}``, the row's answer."""
     d = s.expr.dtype
-    better = _c_beats(s.op, "x", "bv", d)
-    return [f"{vt} bv = av{i}[0]; int64_t acc{i} = ai{i}[0];",
+    bv = f"bv{i}"
+    better = _beats(s.op, "x", bv, d)
+    return [f"{vt} {bv} = av{i}[0]; int64_t acc{i} = ai{i}[0];",
             f"for (int l = 1; l < {LANES}; l++) {{",
             f"    const {vt} x = av{i}[l]; const int64_t j = ai{i}[l];",
-            f"    if ({better} || ({_c_same('x', 'bv', d)} && j < acc{i})) {{ bv = x; acc{i} = j; }}",
+            f"    if ({better} || ({_c_same('x', bv, d)} && j < acc{i})) {{ {bv} = x; acc{i} = j; }}",
             "}"]
 
 
@@ -106,17 +109,12 @@ def c_loop(n: Any, i: str, clauses: str, body: list[str], ind: str) -> list[str]
 
 # -- Triton ----------------------------------------------------------------------------
 
-def _t_beats(op: str, x: str, v: str, d: DType) -> str:
-    if d.is_floating_point:
-        return f"(({x} {_cmp(op)} {v}) | (({x} != {x}) & ({v} == {v})))"
-    return f"({x} {_cmp(op)} {v})"
-
 
 def triton_update(s: ir.Reduce, i: int, x: str, index: str) -> list[str]:
     """Fold the block's values ``x`` (masked lanes: the identity, never taken) at
     positions ``index`` into the lane vectors ``av{i}`` / ``ai{i}``."""
     t = f"t{i}"
-    return [f"{t} = {_t_beats(s.op, x, f'av{i}', s.expr.dtype)}",
+    return [f"{t} = {_beats(s.op, x, f'av{i}', s.expr.dtype)}",
             f"av{i} = tl.where({t}, {x}, av{i})",
             f"ai{i} = tl.where({t}, {index}, ai{i})"]
 

@@ -738,7 +738,7 @@ def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, str
             assert isinstance(s, ir.Reduce)
             if i in args:  # lanes of (value, index), combined after the loop
                 d = s.expr.dtype
-                lines += [body_indent + t for t in argfold.c_declare(s, i, vtype(d), _const(argfold.identity(s.op, d), d))]
+                lines += [body_indent + t for t in argfold.c_declare(i, vtype(d), _const(argfold.identity(s.op, d), d))]
                 continue
             decl = "" if rolled else f"{vtype(s.dtype)} "
             lines.append(f"{body_indent}{decl}acc{i} = {_reduce_init(s.op, s.dtype)};")

@@ -56,3 +56,5 @@ def test_arg_fold_fuses_with_its_producer(monkeypatch: pytest.MonkeyPatch, op: s
     v, i = t.max(dim=-1) if op == "argmax" else t.min(dim=-1)
     assert _launches(lambda: (v.numpy(), i.numpy())) == 1
     np.testing.assert_array_equal(i.numpy(), getattr(np, op)(x, -1))
+    got, ref = on_both(monkeypatch, lambda t: t.argmax(-1) * 1000 + t.argmin(-1), x)  # two folds, one kernel
+    np.testing.assert_array_equal(got, ref)
