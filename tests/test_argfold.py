@@ -118,6 +118,8 @@ def test_values_and_indices_are_one_kernel(op: str, monkeypatch: Any) -> None:
     # with a consumer of both
     got, st = both(lambda x: (lambda v, i: v * 2 + i.float())(*getattr(x, op)(dim=0, keepdim=True)), a, monkeypatch=monkeypatch)
     _launches(st, 1)
+    pick = (np.max if op == "max" else np.min)(a, 0, keepdims=True)
+    np.testing.assert_array_equal(got[0], pick * 2 + _np("arg" + op, a, 0, True).astype(np.float32))
 
 
 def test_argmax_and_argmin_of_one_row_are_one_kernel(monkeypatch: Any) -> None:
@@ -126,6 +128,7 @@ def test_argmax_and_argmin_of_one_row_are_one_kernel(monkeypatch: Any) -> None:
     _launches(st, 1)
     np.testing.assert_array_equal(got[0], a.argmax(-1))
     np.testing.assert_array_equal(got[1], a.argmin(-1))
+    np.testing.assert_array_equal(got[2], (a * 2).argmax(-1)[:, None])
 
 
 def test_one_kernel_at_several_shapes_of_one_program(monkeypatch: Any) -> None:

@@ -78,16 +78,6 @@ class Temporaries:
         return out
 
 
-def _stage_exprs(s: ir.Stage) -> list[ir.Expr]:
-    if isinstance(s, ir.Store):
-        return [s.expr, *(i for i, _ in s.at)]
-    if isinstance(s, ir.Reduce) and s.index is not None:
-        return [s.expr, s.index]
-    if isinstance(s, (ir.Reduce, ir.Scan, ir.StoreRow)):
-        return [s.expr]
-    return []
-
-
 def collapsed(k: ir.Kernel) -> ir.Kernel:
     """``k`` over fewer, longer dims: size-1 dims dropped, and two neighbouring dims (both
     outer or both inner; any two in a kernel of element stores only, which has no rows)
@@ -103,7 +93,7 @@ def collapsed(k: ir.Kernel) -> ir.Kernel:
     for s in k.stages:
         if isinstance(s, (ir.Store, ir.StoreRow)):
             affines.append(s.index)
-        for e in _stage_exprs(s):
+        for e in ir.stage_exprs(s):
             for n in ir.walk(e):
                 if isinstance(n, (ir.Coord, ir.Var, ir.Dot)) or (isinstance(n, ir.Load) and n.when):
                     return k
