@@ -30,7 +30,6 @@ from .tensor import (
     _bool,
     _broadcast_to,
     _check_tensor,
-    _constant,
     _float,
     _int,
     _operands,
@@ -233,7 +232,10 @@ def std(input: Tensor, dim: Any = None, keepdim: bool = False, *, correction: fl
 @_atomic
 def logsumexp(input: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
     """``m + log(sum(exp(x - m)))`` with ``m`` the max, replaced by 0 where it is
-    infinite so that all -inf rows give -inf (not nan), as PyTorch does."""
+    infinite so that all -inf rows give -inf (not nan), as PyTorch does; integers and
+    bools are taken in the default float dtype (float32), as PyTorch's are."""
+    if not input.dtype.is_floating_point:
+        input = input.to(dt.float32)
     m = _shift_max(input, dim)
     m = where(isfinite(m), m, 0.0)
     out = (input - m).exp().sum(dim, keepdim=True).log() + m
