@@ -15,8 +15,8 @@ from .composites import index_copy_rows
 from .creation import tensor
 from .errors import DimOutOfRange, DtypeMismatch, IndexOutOfRange, ShapeMismatch, Unsupported
 from .functions import index_select, where
-from .stream import stream_of
 from .promotion import check_cast
+from .stream import stream_of
 from .tensor import Tensor, _broadcast_to, _check_writable, _scalar_to
 
 # -- indexing ----------------------------------------------------------------------------------

@@ -41,8 +41,8 @@ from .errors import (
 )
 from .layout import Layout, Shape, broadcast_shapes, normalize_dim, normalize_dims
 from .ops.quant import check_block_rows, weight_type
-from .promotion import DIM, SCALAR, ZERO_DIM, check_cast, result_type, scalar_dtype
 from .ops.registry import REGISTRY
+from .promotion import DIM, SCALAR, ZERO_DIM, check_cast, result_type, scalar_dtype
 from .runtime import memory
 from .stats import COUNTERS
 from .storage import Storage, block_bytes, host_view, placed, strided
