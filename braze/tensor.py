@@ -935,8 +935,14 @@ def _operands(op: str, *xs: Any, keep: _int = 0) -> list[Tensor]:
     return [t if t.shape == shape else t._view(t._layout.expand(shape)) for t in ts]
 
 
+#: Kinds of tensor whose dtype a Python int never changes (the scalar is of a category
+#: no higher), so ``_binary`` skips promotion for them.
+_INT_KEEPS = frozenset(("float", "int", "uint"))
+
+
 def _binary(op: str, a: Any, b: Any) -> Tensor:
-    # ``_operands`` without its lists for the two common cases, on every x * y and x * 2.0
+    # ``_operands`` without its lists and promotion for the common cases, on every x * y
+    # and x * 2.0: one dtype, or a scalar that keeps the tensor's
     if type(a) is Tensor and type(b) is Tensor and a._storage.dtype is b._storage.dtype:
         sa, sb = a._layout.shape, b._layout.shape
         if sa != sb:
@@ -950,6 +956,10 @@ def _binary(op: str, a: Any, b: Any) -> Tensor:
         ts = [a, Tensor(_constant(b, a._storage.dtype)._storage, _broadcast_scalar(a._layout.shape))]
     elif type(b) is Tensor and type(a) is float and b._storage.dtype.is_floating_point:
         ts = [Tensor(_constant(a, b._storage.dtype)._storage, _broadcast_scalar(b._layout.shape)), b]
+    elif type(a) is Tensor and type(b) is int and a._storage.dtype.kind in _INT_KEEPS:  # x * 2, i + 1
+        ts = [a, Tensor(_scalar_to(op, b, a._storage.dtype)._storage, _broadcast_scalar(a._layout.shape))]
+    elif type(b) is Tensor and type(a) is int and b._storage.dtype.kind in _INT_KEEPS:
+        ts = [Tensor(_scalar_to(op, a, b._storage.dtype)._storage, _broadcast_scalar(b._layout.shape)), b]
     else:
         if op == "sub" and _b.any(isinstance(x, Tensor) and x.dtype is dt.bool_ for x in (a, b)):
             raise DtypeMismatch(op, [x.dtype if isinstance(x, Tensor) else type(x).__name__ for x in (a, b)],
