@@ -64,7 +64,8 @@ class IndexOutOfRange(BrazeError, IndexError):
 
 
 class DtypeMismatch(BrazeError, TypeError):
-    """Operands' dtypes differ, or a dtype is not accepted by the op. braze never promotes."""
+    """A dtype is not accepted by the op, operands' dtypes have no common type (a block
+    dtype), or an in-place result cannot be cast back (PyTorch's ``can_cast``)."""
 
     def __init__(self, op: str, dtypes: Sequence[Any], detail: str = "") -> None:
         self.dtypes = list(dtypes)

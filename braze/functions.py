@@ -17,23 +17,24 @@ from .device import CPU
 from .dtypes import DType
 from .errors import DtypeMismatch, RankMismatch, ShapeMismatch, Unsupported
 from .layout import Layout, broadcast_shapes, normalize_dim, normalize_dims
+from .ops.elementwise import check_condition
+from .promotion import DIM, check_cast, result_type
 from .storage import Storage
 from .tensor import (
     Scalar,
     Tensor,
     ValuesIndices,
-    _as_tensor_like,
     _atomic,
     _binary,
     _block_attrs,
     _bool,
     _broadcast_to,
     _check_tensor,
-    _constant,
     _float,
     _int,
     _operands,
     _record,
+    _scalar_to,
     _scalar_value,
     _unary,
 )
@@ -86,27 +87,18 @@ if TYPE_CHECKING:  # the generated function forms, for type checkers
 # -- the rest of the API as functions (and methods, attached below) ---------------------------
 
 def where(condition: Tensor, input: Any, other: Any) -> Tensor:
-    c, a, b = _operands_where(condition, input, other)
-    return _record("where", [c, a, b])
-
-
-def _operands_where(condition: Any, a: Any, b: Any) -> list[Tensor]:
+    """``input`` where ``condition``, else ``other``: the two promoted to their result
+    type (two scalars give PyTorch's default dtype for their kind)."""
     if not isinstance(condition, Tensor):
         raise Unsupported("where", "condition must be a bool tensor")
-    like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
-    if like is None:  # two scalars: PyTorch's default dtype for their kind
-        kinds = {type(v) for v in (a, b)}
-        d = dt.float32 if float in kinds else dt.bool_ if kinds == {bool} else dt.int64
-        like = _constant(0, d)
-    a_t = _as_tensor_like(a, like, "where")
-    b_t = _as_tensor_like(b, like, "where")
-    return _operands("where", condition, a_t, b_t)
+    check_condition("where", condition.dtype)  # before a promoting cast is recorded
+    return _record("where", _operands("where", condition, input, other, keep=1))
 
 
 def pow(input: Any, exponent: Any) -> Tensor:
     if isinstance(input, Tensor) and input.dtype.is_integer and not isinstance(exponent, Tensor) \
-            and isinstance(exponent, (int, float, np.integer, np.floating)) and exponent < 0:
-        # -1.0 is an integral float scalar, which takes the int dtype: the same error.
+            and isinstance(exponent, (int, np.integer)) and exponent < 0:
+        # A float exponent promotes to float (int ** -1.0 is float32), as in PyTorch.
         raise Unsupported("pow", "integers to negative integer powers are not allowed")
     return _binary("pow", input, exponent)
 
@@ -134,13 +126,18 @@ def minimum(input: Any, other: Any) -> Tensor:
 def masked_fill(input: Tensor, mask: Tensor, value: Any) -> Tensor:
     if not isinstance(mask, Tensor) or mask.dtype is not dt.bool_:
         raise DtypeMismatch("masked_fill", [getattr(mask, "dtype", type(mask).__name__)], "mask must be a bool tensor")
-    if isinstance(value, Tensor):
-        if value.numel() != 1:
-            raise ShapeMismatch("masked_fill", [value.shape], "value must be a scalar or a one-element tensor")
-        value = value.reshape(())
     shape = broadcast_shapes("masked_fill", input.shape, mask.shape)
     if shape != input.shape:
         raise ShapeMismatch("masked_fill", [input.shape, mask.shape], "mask must broadcast to the input's shape")
+    # The result keeps the input's dtype (PyTorch's masked_fill is an in-place fill of a
+    # copy): a tensor value is cast to it where can_cast allows, a scalar if it fits.
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise ShapeMismatch("masked_fill", [value.shape], "value must be a scalar or a one-element tensor")
+        check_cast("masked_fill", value.dtype, input.dtype)
+        value = value.reshape(()).to(input.dtype)
+    else:
+        value = _scalar_to("masked_fill", value, input.dtype)
     return where(mask, value, input)
 
 
@@ -235,7 +232,10 @@ def std(input: Tensor, dim: Any = None, keepdim: bool = False, *, correction: fl
 @_atomic
 def logsumexp(input: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
     """``m + log(sum(exp(x - m)))`` with ``m`` the max, replaced by 0 where it is
-    infinite so that all -inf rows give -inf (not nan), as PyTorch does."""
+    infinite so that all -inf rows give -inf (not nan), as PyTorch does; integers and
+    bools are taken in the default float dtype (float32), as PyTorch's are."""
+    if not input.dtype.is_floating_point:
+        input = input.to(dt.float32)
     m = _shift_max(input, dim)
     m = where(isfinite(m), m, 0.0)
     out = (input - m).exp().sum(dim, keepdim=True).log() + m
@@ -314,7 +314,8 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
             raise ShapeMismatch("cat", [x.shape for x in ts], f"sizes must match except in dim {d}")
     if len(ts) == 1:
         return ts[0].clone()
-    return _record("cat", ts, dim=d)
+    common = result_type("cat", [(t.dtype, DIM) for t in ts])  # PyTorch's cat promotes too
+    return _record("cat", [t if t.dtype is common else t.to(common) for t in ts], dim=d)
 
 
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:

@@ -15,6 +15,7 @@ from .composites import index_copy_rows
 from .creation import tensor
 from .errors import DimOutOfRange, DtypeMismatch, IndexOutOfRange, ShapeMismatch, Unsupported
 from .functions import index_select, where
+from .promotion import check_cast
 from .stream import stream_of
 from .tensor import Tensor, _broadcast_to, _check_writable, _scalar_to
 
@@ -127,8 +128,11 @@ def _setitem(x: Tensor, index: Any, value: Any) -> None:
     scalar writes the whole tensor through ``where``; a bool mask with a tensor of
     values, or an integer-tensor index, writes the selected rows one by one (both read
     the index data, so they are sync points). As in PyTorch, ``value`` broadcasts to
-    the shape ``x[idx]`` has. The call is atomic: an error records nothing."""
+    the shape ``x[idx]`` has, and is cast to x's dtype where PyTorch's ``can_cast``
+    allows (a float into an int tensor is refused). The call is atomic: an error records nothing."""
     _check_writable("__setitem__", x)
+    if isinstance(value, Tensor):
+        check_cast("__setitem__", value.dtype, x.dtype)
     items = index if isinstance(index, tuple) else (index,)
     if not _b.any(isinstance(i, (Tensor, list, np.ndarray)) for i in items):
         x[index].copy_(value)

@@ -29,6 +29,7 @@ the pool for the whole arena.
 from __future__ import annotations
 
 import ctypes
+import io
 import itertools
 import os
 import pickle
@@ -593,8 +594,14 @@ def _code_identity() -> str:
 
 def _plan_path(key: Any) -> Path | None:
     try:
-        # pickle only *writes* here, to hash the key: stored plans are JSON (plan_store)
-        blob = pickle.dumps((key, _PLAN_FORMAT, _code_identity()), protocol=5)
+        # pickle only *writes* here, to hash the key: stored plans are JSON (plan_store).
+        # Without its memo (fast mode): equal keys give equal bytes whichever of their
+        # tuples are one object (a layout memoised in one run, made anew in the next).
+        buf = io.BytesIO()
+        pickler = pickle.Pickler(buf, protocol=5)
+        pickler.fast = True
+        pickler.dump((key, _PLAN_FORMAT, _code_identity()))
+        blob = buf.getvalue()
         directory = cpu.cache_dir() / "plans"
         directory.mkdir(mode=0o700, exist_ok=True)
     except Exception:  # unpicklable attributes, unwritable cache: just do not store

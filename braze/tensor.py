@@ -42,6 +42,7 @@ from .errors import (
 from .layout import Layout, Shape, broadcast_shapes, normalize_dim, normalize_dims
 from .ops.quant import check_block_rows, weight_type
 from .ops.registry import REGISTRY
+from .promotion import DIM, SCALAR, ZERO_DIM, check_cast, result_type, scalar_dtype
 from .runtime import memory
 from .stats import COUNTERS
 from .storage import Storage, block_bytes, host_view, placed, strided
@@ -576,14 +577,14 @@ class Tensor:
 
     def _inplace(self, op: str, compute: Callable[[], "Tensor"]) -> "Tensor":
         """``x.add_(y)`` is ``x.copy_(x + y)``, checked as one call: a read-only ``x``
-        is refused before anything is recorded, and a result that would change x's
-        dtype or shape (``y`` broadcasting x bigger) takes back the recorded ``x + y``."""
+        is refused before anything is recorded, and a result that cannot be written
+        back (a promoted dtype that does not cast to x's, such as an int ``x`` times
+        0.5; ``y`` broadcasting x bigger) takes back the recorded ``x + y``."""
         _check_writable(op, self)
         with stream_of(self.device).atomic():
             result = compute()
-            if result.dtype is not self.dtype:
-                raise DtypeMismatch(op, [self.dtype, result.dtype],
-                                    "the in-place result would change the dtype; use the out-of-place op")
+            if result.dtype is not self.dtype:  # promoted: written back if torch's can_cast allows
+                check_cast(op, result.dtype, self.dtype)
             if result.shape != self.shape:
                 raise ShapeMismatch(op, [self.shape, result.shape],
                                     "the in-place result would change the shape; use the out-of-place op")
@@ -858,7 +859,8 @@ def _scalar_value(op: str, value: Any, dtype: DType) -> Scalar:
 
 
 def _scalar_to(op: str, value: Any, dtype: DType) -> Tensor:
-    """A Python scalar takes the tensor's dtype, if it fits exactly; braze never promotes."""
+    """A Python scalar as a constant of ``dtype`` (an op's promoted dtype, or the tensor
+    an in-place write goes to), if it fits exactly."""
     if isinstance(value, np.generic):
         value = value.item()
     if not isinstance(value, (bool, int, float)):
@@ -915,21 +917,33 @@ def _broadcast_to(op: str, t: Tensor, shape: Shape) -> Tensor:
     return t._view(t._layout.expand(shape))
 
 
-def _operands(op: str, *xs: Any) -> list[Tensor]:
-    """Tensors and scalars of a element-wise op, broadcast to one shape. Scalars take the
-    dtype of the first tensor operand (of the last for ``where``'s branches)."""
-    tensors = [x for x in xs if isinstance(x, Tensor)]
-    if not tensors:
+def _operands(op: str, *xs: Any, keep: _int = 0) -> list[Tensor]:
+    """Tensors, arrays and scalars of an element-wise op, promoted to their result type
+    (``promotion.py``; the first ``keep`` operands aside, such as ``where``'s condition)
+    and broadcast to one shape. Every check runs before a promoting cast is recorded."""
+    if not _b.any(isinstance(x, Tensor) for x in xs):
         raise Unsupported(op, "needs at least one tensor operand")
-    like = tensors[0]
-    ts = [x if isinstance(x, Tensor) else _as_tensor_like(x, like, op) for x in xs]
+    vals = [from_numpy(x) if isinstance(x, np.ndarray) else x.item() if isinstance(x, np.generic) else x
+            for x in xs[keep:]]
+    d = result_type(op, [(x._storage.dtype, DIM if x._layout.shape else ZERO_DIM) if isinstance(x, Tensor)
+                         else (scalar_dtype(op, x), SCALAR) for x in vals])
+    ts = list(xs[:keep]) + [x if isinstance(x, Tensor) else _scalar_to(op, x, d) for x in vals]
     shape = broadcast_shapes(op, *(t.shape for t in ts))  # checks every operand once
+    if _b.any(t._storage.dtype is not d for t in ts[keep:]):
+        _same_device(op, ts)
+        ts[keep:] = [t.to(d) for t in ts[keep:]]  # cast before expanding: fewer elements
     return [t if t.shape == shape else t._view(t._layout.expand(shape)) for t in ts]
 
 
+#: Kinds of tensor whose dtype a Python int never changes (the scalar is of a category
+#: no higher), so ``_binary`` skips promotion for them.
+_INT_KEEPS = frozenset(("float", "int", "uint"))
+
+
 def _binary(op: str, a: Any, b: Any) -> Tensor:
-    # ``_operands`` without its lists for the two common cases, on every x * y and x * 2.0
-    if type(a) is Tensor and type(b) is Tensor:
+    # ``_operands`` without its lists and promotion for the common cases, on every x * y
+    # and x * 2.0: one dtype, or a scalar that keeps the tensor's
+    if type(a) is Tensor and type(b) is Tensor and a._storage.dtype is b._storage.dtype:
         sa, sb = a._layout.shape, b._layout.shape
         if sa != sb:
             shape = broadcast_shapes(op, sa, sb)
@@ -942,10 +956,16 @@ def _binary(op: str, a: Any, b: Any) -> Tensor:
         ts = [a, Tensor(_constant(b, a._storage.dtype)._storage, _broadcast_scalar(a._layout.shape))]
     elif type(b) is Tensor and type(a) is float and b._storage.dtype.is_floating_point:
         ts = [Tensor(_constant(a, b._storage.dtype)._storage, _broadcast_scalar(b._layout.shape)), b]
+    elif type(a) is Tensor and type(b) is int and a._storage.dtype.kind in _INT_KEEPS:  # x * 2, i + 1
+        ts = [a, Tensor(_scalar_to(op, b, a._storage.dtype)._storage, _broadcast_scalar(a._layout.shape))]
+    elif type(b) is Tensor and type(a) is int and b._storage.dtype.kind in _INT_KEEPS:
+        ts = [Tensor(_scalar_to(op, a, b._storage.dtype)._storage, _broadcast_scalar(b._layout.shape)), b]
     else:
+        if op == "sub" and _b.any(isinstance(x, Tensor) and x.dtype is dt.bool_ for x in (a, b)):
+            raise DtypeMismatch(op, [x.dtype if isinstance(x, Tensor) else type(x).__name__ for x in (a, b)],
+                                "subtraction with a bool tensor (PyTorch refuses it too); invert a mask with ~")
         ts = _operands(op, a, b)
-    if ts[0].dtype is dt.bool_ and ts[1].dtype is dt.bool_ and op in ("add", "sub", "mul", "div", "floor_divide",
-                                                                     "remainder", "pow"):
+    if ts[0].dtype is dt.bool_ and op in ("add", "sub", "mul", "div", "floor_divide", "remainder", "pow"):
         raise DtypeMismatch(op, [dt.bool_, dt.bool_], "arithmetic on bool tensors: cast to an integer dtype first")
     return _record(op, ts)
 

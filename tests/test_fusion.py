@@ -489,3 +489,17 @@ def test_a_node_its_producers_refuse_joins_a_sibling_group() -> None:
     got = rope(braze.from_numpy(q), args[2], args[3]).numpy()
     assert braze.stats()["kernel_launches"] == 1
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_an_extern_step_reads_the_values_its_placement_meant_to_recompute() -> None:
+    """``x.abs() // y.exp()`` of given x, y: both values are recomputable where read, and
+    float floor division has no lowering. Trying to place it first drops it from its
+    operands' readers (as a recomputed read would); it then runs as an extern step and
+    must find both operands stored (it lost the second, read before it was computed)."""
+    rng = np.random.default_rng(9)
+    x = rng.uniform(1, 8, (2, 3)).astype(np.float32)
+    y = rng.uniform(0, 1, (2, 3)).astype(np.float32)
+    for make, want in ((lambda a, b: a.abs() // b.exp(), np.abs(x) // np.exp(y)),
+                       (lambda a, b: a.half().float() % b.abs(), x.astype(np.float16).astype(np.float32) % y)):
+        got = make(braze.from_numpy(x), braze.from_numpy(y)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -246,7 +246,7 @@ def test_failed_inplace_records_nothing() -> None:
         (braze.ShapeMismatch, lambda: x.add_(big)),              # x + big is (2, 3)
         (braze.ShapeMismatch, lambda: x.__setitem__(slice(None), big)),
         (braze.DtypeMismatch, lambda: xi.div_(2)),               # int / int is float
-        (braze.DtypeMismatch, lambda: x.add_(xi)),               # no promotion
+        (braze.DtypeMismatch, lambda: xi.add_(x)),               # float result: no cast back to int
         (braze.IndexOutOfRange, lambda: x.__setitem__(braze.tensor([0, 3]), 1.0)),
         (braze.IndexOutOfRange, lambda: x.__setitem__([-4], 1.0)),
         (braze.ShapeMismatch, lambda: x.__setitem__(braze.tensor([True, False]), 1.0)),

@@ -466,3 +466,14 @@ def test_every_dtype_pickles_to_its_singleton() -> None:
     from braze import dtypes
     for d in dtypes.ALL:
         assert pickle.loads(pickle.dumps(d)) is d
+
+
+def test_the_stored_plan_path_does_not_depend_on_which_equal_tuples_are_one_object() -> None:
+    """A layout memoised in one run (``x * 2``'s broadcast constant) shares its shape
+    tuple with another operand's; made anew in the next run it does not. The key is
+    equal either way, so the plan on disk must be found under the same name."""
+    shape = (64, 64)
+    shared = (("add", (), ((0, shape, (64, 1)), (1, shape, (0, 0)))),)
+    apart = (("add", (), ((0, (64, 64), (64, 1)), (1, tuple([64, 64]), (0, 0)))),)
+    assert shared == apart and shared[0][2][0][1] is shared[0][2][1][1] and apart[0][2][0][1] is not apart[0][2][1][1]
+    assert plan._plan_path(shared) == plan._plan_path(apart)

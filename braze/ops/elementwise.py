@@ -14,6 +14,7 @@ from numpy.polynomial import chebyshev as _cheb
 
 from .. import dtypes as dt
 from ..dtypes import DType
+from ..errors import DtypeMismatch
 from .registry import OpDef, dtype_fixed, dtype_keep, register, require, same_dtypes, same_shape
 
 # -- erf: numpy has none, so braze carries one accurate to ~1e-14 in float64 -----------
@@ -163,10 +164,14 @@ for _name, (_bfn, _kinds, _out) in BINARY.items():
 register(OpDef("div", same_shape, _float_div_dtype, _true_div))
 
 
+def check_condition(op: str, dtype: DType) -> None:
+    """``where``'s condition is a bool tensor."""
+    if dtype is not dt.bool_:
+        raise DtypeMismatch(op, [dtype], f"condition must be bool, got {dtype.name}")
+
+
 def _where_dtype(op: str, dtypes: Sequence[DType], attrs: dict[str, Any]) -> list[DType]:
-    from ..errors import DtypeMismatch
-    if dtypes[0] is not dt.bool_:
-        raise DtypeMismatch(op, dtypes, f"condition must be bool, got {dtypes[0].name}")
+    check_condition(op, dtypes[0])
     return [same_dtypes(op, dtypes[1:])]
 
 

@@ -65,11 +65,12 @@ def same_shape(op: str, shapes: Sequence[Shape], attrs: dict[str, Any]) -> list[
 
 
 def same_dtypes(op: str, dtypes: Sequence[DType]) -> DType:
-    """All operands share one dtype: braze never promotes."""
+    """All operands share one dtype: ``tensor.py`` has already promoted (and cast) the
+    operands of the ops that promote; the others take one dtype."""
     first = dtypes[0]
     for d in dtypes[1:]:
         if d is not first:
-            raise DtypeMismatch(op, dtypes, "braze does not promote; cast one operand with .to(dtype)")
+            raise DtypeMismatch(op, dtypes, f"{op} takes operands of one dtype; cast one with .to(dtype)")
     return first
 
 

@@ -656,6 +656,10 @@ class Scheduler:
         result = node.op.lower(args, ctx, out.storage.dtype)
         if result is None:
             refuse(node, f"no lowering for dtype {out.storage.dtype.name} with {node.attrs}: runs as an extern step")
+            # An operand recomputed above dropped this node from its readers: as an extern
+            # step it reads them all from memory (x.abs() // y.exp() of given x, y).
+            for o in node.inputs:
+                self.readers[self.key(o.storage)].add(i)
             if not g.members and not g.values:
                 self.open.remove(g)
                 self.groups.remove(g)

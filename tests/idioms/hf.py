@@ -14,7 +14,7 @@ import braze.nn.functional as F
 
 from . import npref as R
 from .corpus import (
-    ASSIGN_INTO_PENDING, NO_PROMOTION, PENDING_INT_CAST, RESHAPED_ELEMENTWISE, idiom, padding_mask,
+    ASSIGN_INTO_PENDING, PENDING_INT_CAST, RESHAPED_ELEMENTWISE, idiom, padding_mask,
     randint, randn, value)
 
 B, H, S, D = 2, 4, 8, 16
@@ -64,7 +64,7 @@ def llama_eager_attention_forward(query, key_states, value_states, attention_mas
 
 
 @idiom(padding_mask(B, S, dtype=np.int64, left=True), value(np.arange(S)), kernels=4,
-       oracle=lambda m, cp: _hf_mask_np(m), wrong=NO_PROMOTION)
+       oracle=lambda m, cp: _hf_mask_np(m))
 def prepare_4d_causal_mask_with_cache_position(attention_mask, cache_position):
     min_dtype = braze.finfo(braze.float32).min
     causal_mask = braze.full((S, S), fill_value=min_dtype, dtype=braze.float32)
