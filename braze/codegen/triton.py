@@ -487,13 +487,7 @@ def kernel_source(k: Any, name: str) -> Rendered:
             body += [f"x{i} = tl.where(m, ({x}).to({acc_t}), tl.full([], 0, {acc_t}))",
                      f"acc{i} = tl.cumsum(x{i}, axis=0) + carry{i}",
                      f"carry{i} = carry{i} + tl.sum(x{i}, axis=0)"]
-    for s in k.stages:
-        if isinstance(s, ir.Store):
-            value = elem.expr(s.expr)
-            body += elem.take()
-            # (+ 0 * j: a pointer as wide as the mask where the index does not move along the row)
-            lanes = "" if elem.lanes(s.index, ()) else " + 0 * j"
-            body.append(f"tl.store(a{s.arg} + {elem.index(s.index)}{lanes}, {stored(value, k.args[s.arg][0])}, mask=m)")
+    body += _element_stores(k, elem)
     if body:
         lines += walk(body)
     return Rendered(PRELUDE + "\n".join(lines) + "\n", name, (rows,), {"BLOCK": block})
@@ -530,12 +524,7 @@ def _elementwise(k: ir.Kernel, name: str) -> Rendered:
              f"    m = j < {total}"]
     lines += _coords(coords, sizes, "j", "    ")
     elem = Renderer(coords, 0, "m")
-    for s in k.stages:
-        assert isinstance(s, ir.Store)
-        value = elem.expr(s.expr)
-        lines += ["    " + t for t in elem.take()]
-        lanes = "" if elem.lanes(s.index, ()) else " + 0 * j"
-        lines.append(f"    tl.store(a{s.arg} + {elem.index(s.index)}{lanes}, {stored(value, k.args[s.arg][0])}, mask=m)")
+    lines += ["    " + t for t in _element_stores(k, elem)]
     meta = {"BLOCK": block, "num_warps": FLAT_WARPS if block >= 128 else 1}
     return Rendered(PRELUDE + "\n".join(lines) + "\n", name, (-(-total // block),), meta)
 
@@ -576,14 +565,21 @@ def _persistent(k: ir.Kernel, name: str) -> Rendered:
             if is_float_minmax(s):
                 lines.append(f"    acc{i} = tl.where(tl.max((x{i} != x{i}).to(tl.int32), axis=0) != 0, float('nan'), acc{i})")
     lines += _row_stores(k, coords[:n_out])
-    for s in k.stages:
-        if isinstance(s, ir.Store):
-            value = r.expr(s.expr)
-            lines += ["    " + t for t in r.take()]
-            lanes = "" if r.lanes(s.index, ()) else " + 0 * j"
-            lines.append(f"    tl.store(a{s.arg} + {r.index(s.index)}{lanes}, {stored(value, k.args[s.arg][0])}, mask=m)")
+    lines += ["    " + t for t in _element_stores(k, r)]
     meta = {"BLOCK": block, "num_warps": min(16, max(4, block // 256))}
     return Rendered(PRELUDE + "\n".join(lines) + "\n", name, (prod(k.outer),), meta)
+
+
+def _element_stores(k: ir.Kernel, r: Renderer) -> list[str]:
+    """The element stores of a body, every value computed (every load done) before the
+    first store: a store may write what a later store's value reads (an in-place write)."""
+    values = [(s, r.expr(s.expr)) for s in k.stages if isinstance(s, ir.Store)]
+    out = r.take()
+    for s, value in values:
+        # (+ 0 * j: a pointer as wide as the mask where the index does not move along the row)
+        lanes = "" if r.lanes(s.index, ()) else " + 0 * j"
+        out.append(f"tl.store(a{s.arg} + {r.index(s.index)}{lanes}, {stored(value, k.args[s.arg][0])}, mask=m)")
+    return out
 
 
 def _row_stores(k: ir.Kernel, coords: list[str]) -> list[str]:
