@@ -240,6 +240,20 @@ def max_after_masked_write_np(x: np.ndarray, m: np.ndarray) -> Any:
     return x.max(1)
 
 
+def two_targets(x: Any, y: Any) -> Any:  # the second write's value reads x as it was before the first
+    u = x * 3 + y
+    x.copy_(y * 2)
+    y.copy_(u)
+    return x, y
+
+
+def two_targets_np(x: np.ndarray, y: np.ndarray) -> Any:
+    u = x * 3 + y
+    x[...] = y * 2
+    y[...] = u
+    return x.copy(), y.copy()
+
+
 def _mask() -> np.ndarray:
     m = np.ones((3, 7), np.int64)
     m[1, 4:] = 0
@@ -267,6 +281,7 @@ CASES: dict[str, tuple[Program, Program, list[np.ndarray], int | None]] = {
     "row_value_into_read_target": (row_value_into_read_target, row_value_into_read_target_np, [_x(4, 6)], None),
     "row_value_in_place": (row_value_in_place, row_value_in_place_np, [_x(6, 64)], 1),
     "softmax_plus_old": (softmax_plus_old, softmax_plus_old_np, [_x(4, 300)], 1),
+    "two_targets": (two_targets, two_targets_np, [_x(4, 6), _x(4, 6, seed=1)], 1),
     "max_after_masked_write": (max_after_masked_write, max_after_masked_write_np, [_x(3, 7, 16), _mask()], 1),
 }
 
