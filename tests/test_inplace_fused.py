@@ -254,6 +254,45 @@ def two_targets_np(x: np.ndarray, y: np.ndarray) -> Any:
     return x.copy(), y.copy()
 
 
+def gather_after_write(x: Any, idx: Any) -> Any:  # picks written elements, never recomputes them
+    x += 1.0
+    return x.gather(-1, idx) * 2
+
+
+def gather_after_write_np(x: np.ndarray, idx: np.ndarray) -> Any:
+    x += 1.0
+    return np.take_along_axis(x, idx, -1) * 2
+
+
+def cumsum_in_place(x: Any) -> Any:
+    return x.copy_(x.cumsum(-1) + x)
+
+
+def cumsum_in_place_np(x: np.ndarray) -> Any:
+    x[...] = np.cumsum(x, -1) + x
+    return x
+
+
+def half_masked_write(x: Any) -> Any:
+    x[x > 0.5] = 0.25
+    return x
+
+
+def half_masked_write_np(x: np.ndarray) -> Any:
+    x[x > 0.5] = 0.25
+    return x
+
+
+def scalar_in_place(x: Any) -> Any:
+    s = x.sum()
+    s += 1.0
+    return s * 2
+
+
+def scalar_in_place_np(x: np.ndarray) -> Any:
+    return (x.astype(np.float64).sum() + 1) * 2
+
+
 def _mask() -> np.ndarray:
     m = np.ones((3, 7), np.int64)
     m[1, 4:] = 0
@@ -282,6 +321,11 @@ CASES: dict[str, tuple[Program, Program, list[np.ndarray], int | None]] = {
     "row_value_in_place": (row_value_in_place, row_value_in_place_np, [_x(6, 64)], 1),
     "softmax_plus_old": (softmax_plus_old, softmax_plus_old_np, [_x(4, 300)], 1),
     "two_targets": (two_targets, two_targets_np, [_x(4, 6), _x(4, 6, seed=1)], 1),
+    "gather_after_write": (gather_after_write, gather_after_write_np,
+                           [_x(8, 64), np.random.default_rng(3).integers(0, 64, (8, 64))], 2),
+    "cumsum_in_place": (cumsum_in_place, cumsum_in_place_np, [_x(4, 300)], 1),
+    "half_masked_write": (half_masked_write, half_masked_write_np, [_x(4, 40).astype(np.float16)], 1),
+    "scalar_in_place": (scalar_in_place, scalar_in_place_np, [_x(5, 7)], 1),
     "max_after_masked_write": (max_after_masked_write, max_after_masked_write_np, [_x(3, 7, 16), _mask()], 1),
 }
 

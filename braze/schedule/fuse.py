@@ -521,6 +521,8 @@ class Scheduler:
         group that has not reduced (a row's accumulator is its own row's)."""
         if c is None or g.stages or g.slices or g.contract is not None:
             return "its group reduces or writes slices: the source must be in memory"
+        if g.writes:  # other elements of what it writes in place: they may be written already
+            return "its group writes in place: the source must be in memory"
         nodes = list(ir.walk(v.expr))
         if not any(isinstance(n, ir.Load) for n in nodes):
             return "the source loads nothing"

@@ -16,7 +16,7 @@ from test_inplace_fused import CASES  # the programs of the CPU tests (tests/ is
 NAMES = ["masked_write_given", "masked_write_pending", "masked_fill_given", "iadd_pending", "read_before_write_given",
          "repeated_writes", "two_views", "overlapping_views_given", "shifted_read", "shifted_read_given",
          "row_value_into_read_target", "row_value_in_place", "softmax_plus_old", "max_after_masked_write",
-         "two_targets"]
+         "two_targets", "gather_after_write", "cumsum_in_place", "half_masked_write", "scalar_in_place"]
 
 
 @pytest.fixture(params=["held", "walked"])
