@@ -759,8 +759,8 @@ class Scheduler:
         if g.contract is None:
             stages = chain.rolling(stages, len(g.outer), g.inner)
         stages, checks = ir.numbered_checks(stages)
-        kernel = split.split_divisions(ir.Kernel(g.outer, g.inner, stages, [(self.dtypes[k], k in outputs or k in written) for k in keys],
-                                                 checks))
+        flags = [(self.dtypes[k], k in outputs or k in written) for k in keys]
+        kernel = split.split_divisions(ir.Kernel(g.outer, g.inner, stages, flags, checks))
         step = KernelStep(kernel, keys, outputs, sorted(members), [g.refs.get(args[a]) for a in order])
         # (an epilogue runs at its matmul's place, before steps that may read what g writes in place)
         folded = epilogue.fold(self, step) if not g.writes else ""

@@ -20,7 +20,11 @@ The ordering the recorded program promises holds because:
   kernels run before this one;
 - a write through a view that is not the whole contiguous value (a slice) closes the
   group at once, so every later read goes through memory;
+- a gather never recomputes the group's values at other elements (``inlined_source``);
 - a group that writes in place is never moved up as a quantized matmul's epilogue.
+
+Otherwise the write stays what it was: a copy kernel after every open group closes
+(``Scheduler.assign``), or an extern step.
 """
 
 from __future__ import annotations
