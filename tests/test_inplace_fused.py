@@ -380,3 +380,62 @@ def test_a_write_at_a_moving_offset_replays_one_plan(monkeypatch: Any) -> None:
     for i in range(4):
         want[i][want[i] > 0] = 2.0
     np.testing.assert_array_equal(x.numpy(), want)
+
+
+# -- random programs of writes and reads through views of one tensor ------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+#: views of a (4, 6) tensor, the same on a braze tensor and a numpy array
+VIEWS: list[Callable[[Any], Any]] = [
+    lambda t: t, lambda t: t[1:3], lambda t: t[:, 2:5], lambda t: t.T, lambda t: t[2],
+    lambda t: t.reshape(24)[5:17], lambda t: t[0], lambda t: t[:, 0:3], lambda t: t[:, 3:6],
+    lambda t: t[0:3], lambda t: t[1:4], lambda t: t.reshape(24)[0:19], lambda t: t.reshape(24)[5:24],
+]
+#: (destination view, source view) of one shape: a write of values read elsewhere (some overlapping)
+PAIRS = [(4, 6), (6, 4), (7, 8), (8, 7), (1, 1), (0, 0), (9, 10), (10, 9), (11, 12), (12, 11)]
+
+
+def _write(kind: int, v: Any, c: float, src: Any) -> None:
+    if kind == 0:
+        v += c
+    elif kind == 1:
+        v *= c
+    elif kind == 2:
+        v[v > c] = -c
+    elif kind == 3:
+        v[...] = src * 2 + c
+    else:
+        v[...] = v * src + c
+
+
+def _apply(steps: list[tuple[int, int, float]], t: Any) -> list[Any]:
+    """Run the program on ``t``: each step writes (kinds 0-4) through a view, or keeps a
+    copy of a view's values then (5) or their sum (6)."""
+    kept = []
+    for kind, n, c in steps:
+        dst, src = PAIRS[n % len(PAIRS)]
+        v = VIEWS[n % len(VIEWS)](t) if kind != 3 and kind != 4 else VIEWS[dst](t)
+        if kind < 5:
+            _write(kind, v, c, VIEWS[src](t) if kind >= 3 else None)
+        elif kind == 5:
+            kept.append(v * 1)
+        else:
+            kept.append(v.sum(-1))
+    return kept + [t * 1]
+
+
+@pytest.mark.parametrize("made", [False, True])
+@settings(max_examples=40, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 40), st.sampled_from([0.5, -0.25, 1.5])),
+                      min_size=1, max_size=7))
+def test_random_writes_and_reads(made: bool, steps: list[tuple[int, int, float]]) -> None:
+    """Writes and reads through overlapping views of a tensor given to the flush (or
+    made in it), in any order: as numpy, which runs them one by one."""
+    a = _x(4, 6, seed=5)
+    want = _apply(steps, a.copy() * (2 if made else 1))
+    x = braze.tensor(a.copy())
+    got = [g.numpy() for g in _apply(steps, x * 2 if made else x)]
+    for i, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"result {i}")
