@@ -423,11 +423,13 @@ def _stashes(k: ir.Kernel, passes: list[list[int]]) -> dict[ir.Expr, ir.Store]:
     ``exp(x - max)``, summed, then divided). The last pass writes each into the output
     it will end up in, and the store pass reads it back instead of recomputing it: the
     row is still in cache, and a load is cheaper than an exp. Only when the output has
-    the value's own type, so nothing is rounded on the way."""
+    the value's own type, so nothing is rounded on the way, and is not also read (an
+    in-place write: the store pass may still need the old values the stash overwrote)."""
     if not passes or any(isinstance(s, ir.Scan) for s in k.stages):
         return {}  # (a walk that scans keeps its values in its block buffers)
     out: dict[ir.Expr, ir.Store] = {}
-    stores = [s for s in k.stages if isinstance(s, ir.Store)]
+    read = {n.arg for st in k.stages for e in ir.stage_exprs(st) for n in ir.walk(e) if isinstance(n, ir.Load)}
+    stores = [s for s in k.stages if isinstance(s, ir.Store) and s.arg not in read]
     for i in passes[-1]:
         red = k.stages[i]
         assert isinstance(red, ir.Reduce)

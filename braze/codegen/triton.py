@@ -497,13 +497,7 @@ def kernel_source(k: Any, name: str) -> Rendered:
             carry, scanned = _scan(elem, k, i)
             lines.append(carry)
             body += scanned
-    for s in k.stages:
-        if isinstance(s, ir.Store):
-            value = elem.expr(s.expr)
-            body += elem.take()
-            # (+ 0 * j: a pointer as wide as the mask where the index does not move along the row)
-            lanes = "" if elem.lanes(s.index, ()) else " + 0 * j"
-            body.append(f"tl.store(a{s.arg} + {elem.index(s.index)}{lanes}, {stored(value, k.args[s.arg][0])}, mask=m)")
+    body += _element_stores(k, elem)
     if body:
         lines += walk(body)
     return Rendered(PRELUDE + "\n".join(lines) + "\n", name, (rows,), {"BLOCK": block})
@@ -553,12 +547,7 @@ def _elementwise(k: ir.Kernel, name: str) -> Rendered:
              f"    m = j < {total}"]
     lines += _coords(coords, sizes, "j", "    ")
     elem = Renderer(coords, 0, "m")
-    for s in k.stages:
-        assert isinstance(s, ir.Store)
-        value = elem.expr(s.expr)
-        lines += ["    " + t for t in elem.take()]
-        lanes = "" if elem.lanes(s.index, ()) else " + 0 * j"
-        lines.append(f"    tl.store(a{s.arg} + {elem.index(s.index)}{lanes}, {stored(value, k.args[s.arg][0])}, mask=m)")
+    lines += ["    " + t for t in _element_stores(k, elem)]
     meta = {"BLOCK": block, "num_warps": FLAT_WARPS if block >= 128 else 1}
     return Rendered(PRELUDE + "\n".join(lines) + "\n", name, (-(-total // block),), meta)
 
@@ -603,12 +592,7 @@ def _persistent(k: ir.Kernel, name: str) -> Rendered:
             if is_float_minmax(s):
                 lines.append(f"    acc{i} = tl.where(tl.max((x{i} != x{i}).to(tl.int32), axis=0) != 0, float('nan'), acc{i})")
     lines += _row_stores(k, coords[:n_out])
-    for s in k.stages:
-        if isinstance(s, ir.Store):
-            value = r.expr(s.expr)
-            lines += ["    " + t for t in r.take()]
-            lanes = "" if r.lanes(s.index, ()) else " + 0 * j"
-            lines.append(f"    tl.store(a{s.arg} + {r.index(s.index)}{lanes}, {stored(value, k.args[s.arg][0])}, mask=m)")
+    lines += ["    " + t for t in _element_stores(k, r)]
     meta = {"BLOCK": block, "num_warps": min(16, max(4, block // 256))}
     return Rendered(PRELUDE + "\n".join(lines) + "\n", name, (prod(k.outer),), meta)
 
@@ -626,6 +610,18 @@ def _arg_values(r: Renderer, s: ir.Reduce, i: int) -> list[str]:
     t, ident = _arg_type(s)
     x, idx = r.expr(s.expr), r.expr(s.index)
     return r.take() + [f"x{i} = tl.where(m, ({x}).to({t}), tl.full([], {ident}, {t}))", f"idx{i} = {idx} + 0 * j"]
+
+
+def _element_stores(k: ir.Kernel, r: Renderer) -> list[str]:
+    """The element stores of a body, every value computed (every load done) before the
+    first store: a store may write what a later store's value reads (an in-place write)."""
+    values = [(s, r.expr(s.expr)) for s in k.stages if isinstance(s, ir.Store)]
+    out = r.take()
+    for s, value in values:
+        # (+ 0 * j: a pointer as wide as the mask where the index does not move along the row)
+        lanes = "" if r.lanes(s.index, ()) else " + 0 * j"
+        out.append(f"tl.store(a{s.arg} + {r.index(s.index)}{lanes}, {stored(value, k.args[s.arg][0])}, mask=m)")
+    return out
 
 
 def _row_stores(k: ir.Kernel, coords: list[str]) -> list[str]:

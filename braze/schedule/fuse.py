@@ -42,7 +42,8 @@ from . import chain
 from . import epilogue
 from . import prologue
 from . import split
-from .group import ExternStep, Group, Key, KernelStep, Value, affine
+from . import inplace
+from .group import ExternStep, Group, Key, KernelStep, Value, affine, onto as _onto
 from ..codegen import quant as quant_kernels
 from ..codegen import topk as topk_kernels
 
@@ -122,7 +123,7 @@ class Scheduler:
                 continue
             if node.op.name == "qlinear" and self.library and self.qlinear(i, node):
                 continue
-            if node.op.name == "assign" and self.assign(i, node):
+            if node.op.name == "assign" and self.write(i, node):
                 continue
             if node.op.name == "index_copy" and self.scatter(i, node):
                 continue
@@ -307,6 +308,16 @@ class Scheduler:
         self.materialized.update((kv, ki))
         self.steps.append(KernelStep(kernel, [self.key(x.storage), kv, ki], [kv, ki], [i], [(i, 0), None, None]))
         return True
+
+    def write(self, i: int, node: Any) -> bool:
+        """An in-place write: a store of the open group computing its source where it
+        can be (``inplace.py``), else a copy kernel (``assign``) or an extern step."""
+        why = inplace.fuse(self, i, node)
+        if why is None:
+            return True
+        if why:
+            refuse(node, f"an in-place write not stored by its source's group: {why}")
+        return self.assign(i, node)
 
     def assign(self, i: int, node: Any) -> bool:
         """An in-place copy (``x[i] = v``, a KV cache write) into another storage of
@@ -512,6 +523,8 @@ class Scheduler:
         group that has not reduced (a row's accumulator is its own row's)."""
         if c is None or g.stages or g.slices or g.contract is not None:
             return "its group reduces or writes slices: the source must be in memory"
+        if g.writes:  # other elements of what it writes in place: they may be written already
+            return "its group writes in place: the source must be in memory"
         nodes = list(ir.walk(v.expr))
         if not any(isinstance(n, ir.Load) for n in nodes):
             return "the source loads nothing"
@@ -727,6 +740,8 @@ class Scheduler:
         outputs = []
         stages = list(g.stages)
         for k, v in g.values.items():
+            if k in g.writes:
+                continue  # stored in place, below
             outside = any(r not in members for r in self.readers.get(k, ()))
             if k not in self.live and not outside:
                 continue
@@ -737,6 +752,7 @@ class Scheduler:
                 stages.append(ir.StoreRow(arg, v.index, v.expr))
             else:
                 stages.append(ir.Store(arg, v.index, v.expr))
+        written = inplace.stores(self, g, args, stages)
         for k, index, expr in g.slices:
             arg = args.setdefault(k, len(args))
             if k not in outputs:
@@ -747,33 +763,23 @@ class Scheduler:
             arg = args.setdefault(k, len(args))
             outputs.append(k)
             stages.append(replace(st, arg=arg))
-        if not outputs:
+        if not outputs and not written:
             return
         order = sorted(args, key=lambda a: args[a])
         keys = [a if isinstance(a, int) else a[0] for a in order]
         if g.contract is None:
             stages = chain.rolling(stages, len(g.outer), g.inner)
         stages, checks = ir.numbered_checks(stages)
-        kernel = split.split_divisions(ir.Kernel(g.outer, g.inner, stages, [(self.dtypes[k], k in outputs) for k in keys],
-                                                 checks))
+        flags = [(self.dtypes[k], k in outputs or k in written) for k in keys]
+        kernel = split.split_divisions(ir.Kernel(g.outer, g.inner, stages, flags, checks))
         step = KernelStep(kernel, keys, outputs, sorted(members), [g.refs.get(args[a]) for a in order])
-        folded = epilogue.fold(self, step)
+        # (an epilogue runs at its matmul's place, before steps that may read what g writes in place)
+        folded = epilogue.fold(self, step) if not g.writes else ""
         if isinstance(folded, str):
             if folded:
                 refuse(self.nodes[step.nodes[0]], f"not a quantized matmul's epilogue: {folded}")
             folded = step
         self.steps.append(folded)
-
-
-def _onto(layout: Layout, v: Value) -> tuple[int | None, ...] | None:
-    """The group coordinate of each dim of ``layout`` where it is ``v``'s contiguous
-    layout up to dims of size 1 (a stack's ``unsqueeze``), else None."""
-    def squeezed(lay: Layout) -> tuple[tuple[int, int], ...]:
-        return tuple((n, st) for n, st in zip(lay.shape, lay.strides) if n != 1)
-    if squeezed(layout) != squeezed(Layout.contiguous(v.shape)) or layout.offset:
-        return None
-    coords = iter(c for n, c in zip(v.shape, v.dims) if n != 1)
-    return tuple(next(coords) if n != 1 else None for n in layout.shape)
 
 
 def schedule(nodes: Sequence[Any], key_of: dict[int, Key], live: set[Key], library: bool = True,

@@ -63,6 +63,9 @@ class Group:
     deps: set[int] = field(default_factory=set)
     slices: list[tuple[Key, ir.Affine, ir.Expr]] = field(default_factory=list)  # cat: writes into slices
     contract: tuple[Key, ir.Contract] | None = None  # a chain kernel's second matmul
+    #: in-place writes the group stores (``inplace.py``): target -> (its argument's key
+    #: in ``loads``, the offset its pointer carries, the writing node)
+    writes: dict[Key, tuple[Any, int, int]] = field(default_factory=dict)
 
     @property
     def ndim(self) -> int:
@@ -95,6 +98,17 @@ def affine(layout: Layout, dim_map: Sequence[int | None], ndim: int) -> ir.Affin
         if size != 1 and c is not None:
             coeffs[c] += stride
     return ir.Affine(layout.offset, tuple(coeffs))
+
+
+def onto(layout: Layout, v: Value) -> tuple[int | None, ...] | None:
+    """The group coordinate of each dim of ``layout`` where it is ``v``'s contiguous
+    layout up to dims of size 1 (a stack's ``unsqueeze``), else None."""
+    def squeezed(lay: Layout) -> tuple[tuple[int, int], ...]:
+        return tuple((n, st) for n, st in zip(lay.shape, lay.strides) if n != 1)
+    if squeezed(layout) != squeezed(Layout.contiguous(v.shape)) or layout.offset:
+        return None
+    coords = iter(c for n, c in zip(v.shape, v.dims) if n != 1)
+    return tuple(next(coords) if n != 1 else None for n in layout.shape)
 
 
 def reindexed(a: ir.Affine, new: dict[int, int]) -> ir.Affine:

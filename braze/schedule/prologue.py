@@ -142,7 +142,8 @@ def _with_prologue(step: KernelStep, a: int, u: KernelStep, stored: bool) -> Ker
 
     pro = ir.Kernel(k.outer, k.inner, [moved(st) for st in stages], [(dt.float32, True), *(k.args[b] for b in used)])
     kernel = replace(q, prologue=pro, args=q.args + tuple(k.args[b] for b in used))
-    written = [step.args[b] for b in used if k.args[b][1]]
+    # (an in-place write's target is written, not produced: not to be allocated)
+    written = [step.args[b] for b in used if k.args[b][1] and step.args[b] in step.outputs]
     # argument 0 (x) is unused now: weight 0 stands in, a storage that exists
     return KernelStep(kernel, [u.args[1], *u.args[1:], *(step.args[b] for b in used)], u.outputs + written,
                       sorted(set(u.nodes) | set(step.nodes)), [u.refs[1], *u.refs[1:], *(step.refs[b] for b in used)])

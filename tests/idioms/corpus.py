@@ -127,9 +127,5 @@ NO_GROUP_MERGE = ("two groups with the same rows that share no input (fusion sco
                   "of the second input open a group of their own, and the node reading both joins only one")
 RESHAPED_ELEMENTWISE = ("an element-wise op on a reshaped view of a value ((16, 128) seen as (2, 8, 128), F.linear's "
                         "output) does not join the group that computes the value in the other shape")
-ASSIGN_INTO_PENDING = ("an in-place write into a tensor computed in the same flush is an extern assign step "
-                       "(schedule/fuse.py assign: the target is not realised yet)")
 INDEX_COPY = ("index_copy matches every position against every index: the any() over the indices and the "
               "sum of the picked rows land in different groups (2-3 kernels)")
-MASKED_WRITE = ("x[mask] = v is a where() into a temporary, then a copy kernel of its own into x (an in-place write "
-                "closes every group): two kernels for one masked write")

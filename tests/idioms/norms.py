@@ -9,7 +9,7 @@ import braze
 import braze.nn.functional as F
 
 from . import npref as R
-from .corpus import ASSIGN_INTO_PENDING, idiom, randn
+from .corpus import idiom, randn
 
 X = randn(6, 10, 64)
 W = randn(64)
@@ -124,7 +124,6 @@ def fused_add_rms_norm_two_outputs(x, residual, w):  # the residual stream and i
     return h, F.rms_norm(h, w, 1e-6)
 
 
-@idiom(randn(6, 64), kernels=1, oracle=lambda x: 1.0 / np.sqrt((R.f64(x) ** 2).mean(-1, keepdims=True) + 1e-6),
-       bug=ASSIGN_INTO_PENDING)
+@idiom(randn(6, 64), kernels=1, oracle=lambda x: 1.0 / np.sqrt((R.f64(x) ** 2).mean(-1, keepdims=True) + 1e-6))
 def add_then_rsqrt_in_place(x):
     return x.pow(2).mean(-1, keepdim=True).add_(1e-6).rsqrt_()

@@ -9,7 +9,7 @@ import braze
 import braze.nn.functional as F
 
 from . import npref as R
-from .corpus import MASKED_WRITE, NO_GROUP_MERGE, idiom, padding_mask, randn
+from .corpus import NO_GROUP_MERGE, idiom, padding_mask, randn
 
 B, S, D = 3, 10, 32
 TOK = randn(B, S, D)
@@ -48,8 +48,7 @@ def max_pooling_masked_fill(token_embeddings, attention_mask):
     return braze.max(token_embeddings.masked_fill(m == 0, -1e9), 1)[0]
 
 
-@idiom(TOK, MASK, kernels=2, oracle=lambda x, m: np.where(m[:, :, None] == 0, -1e9, x).max(1).astype(np.float32),
-       bug=MASKED_WRITE)
+@idiom(TOK, MASK, kernels=1, oracle=lambda x, m: np.where(m[:, :, None] == 0, -1e9, x).max(1).astype(np.float32))
 def max_pooling_in_place_sentence_transformers(token_embeddings, attention_mask):
     input_mask_expanded = attention_mask.unsqueeze(-1).expand(token_embeddings.size())
     token_embeddings[input_mask_expanded == 0] = -1e9
