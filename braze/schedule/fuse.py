@@ -41,6 +41,7 @@ from . import recompute
 from . import chain
 from . import epilogue
 from . import prologue
+from . import reshape
 from . import split
 from .group import ExternStep, Group, Key, KernelStep, Value, affine
 from ..codegen import quant as quant_kernels
@@ -71,7 +72,7 @@ class Schedule:
 class Scheduler:
     def __init__(self, nodes: Sequence[Any], key_of: dict[int, Key], live: set[Key], library: bool = True,
                  chains: bool | None = None) -> None:
-        self.nodes = nodes
+        self.nodes = list(nodes)  # a node placed at another cut of its shape is replaced (``reshape``)
         #: the target renders braze's library kernels (quantized matmuls and row gathers,
         #: top-k): the C backend does; the Triton one does not yet, so there those nodes
         #: stay nodes of their own (extern steps)
@@ -475,6 +476,8 @@ class Scheduler:
         return dim_map[d] if m == 1 and node.inputs[0].layout.shape else None
 
     def can_fuse(self, g: Group, node: Any) -> str:
+        if self.space(g, node) is None and (seen := reshape.reshaped(g, node)) is not None:
+            g, node = seen  # a reshaped view of the group's values: checked at their common cut
         sp = self.space(g, node)
         if sp is None:
             return f"iteration space {node.outputs[0].layout.shape} does not match the group's {g.elem_shape}"
@@ -636,6 +639,9 @@ class Scheduler:
         return ir.Load(arg, index, storage.dtype)
 
     def add(self, g: Group, i: int, node: Any) -> bool:
+        if self.space(g, node) is None and (seen := reshape.reshaped(g, node)) is not None:
+            reshape.refine(g, seen[0].elem_shape)
+            node = self.nodes[i] = seen[1]
         if node.op.name in REDUCTIONS or node.op.name in SCANS:
             dims = self.folded(node)
             order = [g.elem_map[d] for d in range(len(g.elem_shape)) if d not in dims] + \
