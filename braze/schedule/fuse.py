@@ -41,6 +41,7 @@ from . import recompute
 from . import chain
 from . import epilogue
 from . import prologue
+from . import merge
 from . import reshape
 from . import split
 from .group import ExternStep, Group, Key, KernelStep, Value, affine
@@ -392,6 +393,8 @@ class Scheduler:
         virtual = [g for g in producers if all(self.key(self.nodes[m].outputs[0].storage) in self.created
                                                for m in g.members)]
         best = self.best(node, [g for g in producers if g not in virtual])
+        if best is not None:
+            best = best[0], self.merge(node, best[1], [g for g in producers if g not in virtual])
         if best is None:
             # Siblings: an open group that already loads (or recomputes) one of this node's
             # inputs can read it once for both (mean and mean of squares of the same x), also
@@ -400,14 +403,35 @@ class Scheduler:
             # loads x too; a mask's sum beside the masked sum in mean pooling).
             best = self.best(node, [g for g in self.open if g not in producers and any(
                 self.key(o.storage) in g.loaded or self.key(o.storage) in g.recomputed for o in node.inputs)])
-        if best is None:
-            best = self.best(node, virtual)
+        if best is None and (best := self.best(node, virtual)) is not None:
+            best = best[0], self.merge(node, best[1], virtual)
         if best is not None:
             return self.add(best[1], i, node)
         g = self.new_group(node, reduce=node.op.name in REDUCTIONS or node.op.name in SCANS)
         if g is None:
             return False
         return self.add(g, i, node)
+
+    def merge(self, node: Any, g: Group, others: list[Group]) -> Group:
+        """``g`` with every other open group that computes an input of ``node`` merged
+        into it where one kernel can compute both and still take the node
+        (``merge.merged``): the node would otherwise make the other store its value."""
+        for p in others:
+            if p is g or not any(p is o for o in self.open):
+                continue
+            m = merge.merged(g, p)
+            if m is None:
+                refuse(node, f"groups {g.gid} and {p.gid}: other rows, or a scan or contraction: not merged")
+                continue
+            why = self.can_fuse(m, node)
+            if why:
+                refuse(node, f"groups {g.gid} and {p.gid} merged: {why}")
+                continue
+            self.open = [m if o is g else o for o in self.open if o is not p]
+            for k in m.values:
+                self.producer[k] = m
+            g = m
+        return g
 
     def best(self, node: Any, candidates: list[Group]) -> tuple[int, Group] | None:
         """The candidate group that saves the most traffic and accepts the node."""

@@ -50,29 +50,10 @@ def common(a: Shape, b: Shape) -> Shape | None:
     return tuple(out)
 
 
-def pieces(shape: Shape, refined: Shape) -> list[list[int]] | None:
-    """For each dim of ``shape``, the dims of ``refined`` it is cut into (a dim of size
-    1 of either side may stand alone), or None when ``refined`` does not cut ``shape``."""
-    out: list[list[int]] = [[] for _ in shape]
-    r = 0
-    for d, n in enumerate(shape):
-        if n == 1:
-            continue
-        left = n
-        while left > 1:
-            if r >= len(refined) or refined[r] != 1 and left % refined[r]:
-                return None
-            if refined[r] != 1:
-                out[d].append(r)
-                left //= refined[r]
-            r += 1
-    return out if all(n == 1 for n in refined[r:]) else None
-
-
 def split(layout: Layout, refined: Shape) -> Layout | None:
     """``layout`` as a layout of ``refined`` (a refinement of its shape up to dims of
     size 1), over the same elements; None if ``refined`` does not cut its shape."""
-    cut = pieces(layout.shape, refined)
+    cut = runs(layout.shape, refined)
     if cut is None:
         return None
     strides = [0] * len(refined)
@@ -104,7 +85,9 @@ def reshaped(g: Group, node: Any) -> tuple[Group, Any] | None:
     shape = node.outputs[0].layout.shape
     if node.op.name not in ELEMENTWISE or shape == g.elem_shape:
         return None
-    refined = common(g.elem_shape, shape)
+    # the node's own shape where it cuts the group's (its dims of size 1 kept: a
+    # reduction over them may follow), else the cut of both built on the group's
+    refined = shape if common(shape, g.elem_shape) == shape else common(g.elem_shape, shape)
     if refined is None or refined != g.elem_shape and not refinable(g, refined):
         return None
     seen = seen_as(node, refined)
@@ -117,22 +100,31 @@ def reshaped(g: Group, node: Any) -> tuple[Group, Any] | None:
 
 
 def runs(shape: Shape, refined: Shape) -> list[list[int]] | None:
-    """For each dim of ``shape``, the dims of ``refined`` it became, where ``refined``
-    is ``shape`` with dims replaced by their pieces (what ``common`` builds)."""
+    """For each dim of ``shape``, the dims of ``refined`` it is cut into, in order (a
+    dim of size 1 may have none, and a piece of size 1 goes with the dim it precedes:
+    ``refined`` may hold dims of size 1 ``shape`` has not, and drop some it has)."""
     out: list[list[int]] = []
     r = 0
     for n in shape:
-        run = [r]
-        left = n // refined[r] if r < len(refined) and refined[r] and n % refined[r] == 0 else -1
-        r += 1
-        while left > 1 and r < len(refined) and refined[r] > 1 and left % refined[r] == 0:
+        run: list[int] = []
+        if n == 1:
+            if r < len(refined) and refined[r] == 1:
+                run, r = [r], r + 1
+            out.append(run)
+            continue
+        left = n
+        while left > 1 and r < len(refined) and left % refined[r] == 0:
             run.append(r)
             left //= refined[r]
             r += 1
         if left != 1:
             return None
         out.append(run)
-    return out if r == len(refined) else None
+    if any(n != 1 for n in refined[r:]) or not out and r < len(refined):
+        return None
+    if out:
+        out[-1].extend(range(r, len(refined)))  # trailing pieces of size 1
+    return out
 
 
 def _cuts(g: Group, refined: Shape) -> dict[int, list[int]] | None:
@@ -140,7 +132,7 @@ def _cuts(g: Group, refined: Shape) -> dict[int, list[int]] | None:
     cut = runs(g.elem_shape, refined)
     if cut is None:
         return None
-    return {g.elem_map[d]: [refined[r] for r in rs] for d, rs in enumerate(cut) if len(rs) > 1}
+    return {g.elem_map[d]: [refined[r] for r in rs] for d, rs in enumerate(cut) if len(rs) != 1}
 
 
 def refinable(g: Group, refined: Shape) -> bool:
@@ -183,11 +175,11 @@ def refine(g: Group, refined: Shape) -> None:
     def index(a: ir.Affine) -> ir.Affine:
         coeffs = [0] * ndim
         for c, m in enumerate(a.coeffs):
-            step = m
+            step = m  # (a coordinate cut into nothing has extent 1: its term is 0)
             for k in reversed(new[c]):
-                coeffs[k] = step
+                coeffs[k] = step if sizes[k] != 1 else 0  # as ``affine`` spells a dim of size 1
                 step *= sizes[k]
-        return ir.Affine(a.offset, tuple(coeffs), tuple((new[c][0], add, d, m) for c, add, d, m in a.divs))
+        return ir.Affine(a.offset, tuple(coeffs), tuple((new[c][0], add, d, m) for c, add, d, m in a.divs))  # uncut
 
     def leaf(e: ir.Expr) -> ir.Expr:
         if isinstance(e, ir.Coord):

@@ -1,0 +1,126 @@
+"""Groups that take more than their own shape (issue 15): element-wise work on a reshaped
+view of a value joins the group computing it, at the two shapes' common refinement
+(``schedule/reshape.py``). Each program is checked against numpy and the reference
+executor, its kernels counted."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+import braze
+import braze.nn.functional as F
+from braze.layout import Layout
+from braze.runtime.cpu import compiler_available
+from braze.schedule import reshape
+
+pytestmark = pytest.mark.skipif(not compiler_available(), reason="no C compiler")
+
+
+@pytest.fixture(autouse=True)
+def fused(monkeypatch: Any) -> None:
+    monkeypatch.setenv("BRAZE_FUSION", "1")
+
+
+def check(fn: Callable[..., braze.Tensor], arrays: list[np.ndarray], kernels: int, want: np.ndarray,
+          monkeypatch: Any, tol: float = 1e-5) -> None:
+    """``fn`` fused takes ``kernels`` steps (kernels and extern steps) and gives what
+    the reference executor and numpy give."""
+    braze.reset_stats()
+    got = fn(*[braze.from_numpy(a.copy()) for a in arrays]).numpy().copy()
+    assert braze.stats()["kernel_launches"] == kernels, braze.stats()
+    with monkeypatch.context() as m:
+        m.setenv("BRAZE_FUSION", "0")
+        ref = fn(*[braze.from_numpy(a.copy()) for a in arrays]).numpy()
+    assert got.dtype == ref.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got.astype(np.float64), ref.astype(np.float64), rtol=tol, atol=tol)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("a, b, want", [
+    ((16, 64), (2, 8, 64), (2, 8, 64)),
+    ((2, 8, 64), (16, 64), (2, 8, 64)),
+    ((6, 4), (2, 12), (2, 3, 4)),
+    ((1, 12, 1), (3, 4), (1, 3, 4, 1)),
+    ((6, 4), (4, 6), None),
+    ((4, 4), (8, 3), None),
+    ((0, 4), (4, 0), None),
+])
+def test_common_refinement(a: tuple[int, ...], b: tuple[int, ...], want: tuple[int, ...] | None) -> None:
+    got = reshape.common(a, b)
+    assert got == want
+    if got is not None:  # both sides are cut into it, over the same elements
+        for shape in (a, b):
+            lay = reshape.split(Layout.contiguous(shape), got)
+            assert lay is not None and lay.shape == got
+            assert all(st == c for n, st, c in zip(got, lay.strides, Layout.contiguous(got).strides) if n != 1)
+
+
+@pytest.mark.parametrize("lead, n", [((2, 8), 64), ((3, 5, 7), 12), ((1, 9), 40)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_linear_output_read_in_its_lead_shape_joins_its_group(lead: tuple[int, ...], n: int, dtype: Any,
+                                                              monkeypatch: Any) -> None:
+    """BERT's output: ``F.linear`` computes (B * S, N) + bias; the residual add reads it as
+    (B, S, N), and layer norm reduces that: the matmul and one kernel."""
+    rng = np.random.default_rng(5)
+    k = 24
+    x, res = rng.standard_normal((*lead, k)).astype(dtype), rng.standard_normal((*lead, n)).astype(dtype)
+    w, b = rng.standard_normal((n, k)).astype(dtype), rng.standard_normal(n).astype(dtype)
+    h = x.astype(np.float64) @ w.T + b + res
+    want = (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + 1e-5)
+    check(lambda x, res, w, b: F.layer_norm(F.linear(x, w, b) + res, (n,), eps=1e-5), [x, res, w, b], 2, want,
+          monkeypatch, tol=1e-4)
+
+
+def test_gelu_of_a_reshaped_value_and_a_half_type(monkeypatch: Any) -> None:
+    """nanoGPT's MLP: GELU of the linear's (B, T, 4C) view of its (B * T, 4C) result."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((24, 32)).astype(np.float16)
+    b = rng.standard_normal(32).astype(np.float16)
+    h = (x.astype(np.float32) + b.astype(np.float32)).astype(np.float16).astype(np.float64).reshape(2, 3, 4, 32)
+    want = h * 0.5 * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
+    check(lambda x, b: F.gelu((x + b).reshape(2, 3, 4, 32), approximate="tanh"), [x, b], 1, want, monkeypatch,
+          tol=4e-3)
+
+
+def test_a_coarser_view_of_a_group_with_rows_joins_it(monkeypatch: Any) -> None:
+    """A softmax over (2, 8, 64) read as (16, 64) and scaled: the group keeps its rows,
+    the node is cut to them."""
+    rng = np.random.default_rng(7)
+    x, s = rng.standard_normal((2, 8, 64)).astype(np.float32), rng.standard_normal((16, 64)).astype(np.float32)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    want = (e / e.sum(-1, keepdims=True)).reshape(16, 64) * s
+    check(lambda x, s: x.softmax(-1).reshape(16, 64) * s, [x, s], 1, want, monkeypatch)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 8, 16), (1, 4, 5, 32)])
+def test_stacked_pairs_flattened_join_their_group(shape: tuple[int, ...], monkeypatch: Any) -> None:
+    """GPT-J's rotate_every_two: ``stack((-x2, x1), -1).flatten(-2)`` read as x's shape."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(shape).astype(np.float32)
+    c, s = rng.standard_normal(shape[-2:]).astype(np.float32), rng.standard_normal(shape[-2:]).astype(np.float32)
+    rot = np.stack((-x[..., 1::2], x[..., ::2]), -1).reshape(shape)
+    want = x.astype(np.float64) * c + rot * s
+
+    def prog(x: braze.Tensor, c: braze.Tensor, s: braze.Tensor) -> braze.Tensor:
+        return x * c + braze.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2) * s
+    check(prog, [x, c, s], 1, want, monkeypatch)
+
+
+def test_shapes_without_a_common_cut_stay_apart(monkeypatch: Any) -> None:
+    """(6, 4) read as (4, 6): no shape cuts both, so two kernels (still right)."""
+    rng = np.random.default_rng(9)
+    x, y = rng.standard_normal((6, 4)).astype(np.float32), rng.standard_normal((4, 6)).astype(np.float32)
+    want = np.exp(x.astype(np.float64)).reshape(4, 6) + y
+    check(lambda x, y: x.exp().reshape(4, 6) + y, [x, y], 2, want, monkeypatch)
+
+
+def test_a_reshaped_read_of_a_value_of_coordinates(monkeypatch: Any) -> None:
+    """``tril`` of a given x is read through (recomputed) at the reshaped add's own
+    coordinates: one kernel."""
+    rng = np.random.default_rng(10)
+    x, y = rng.standard_normal((8, 8)).astype(np.float32), rng.standard_normal((2, 4, 8)).astype(np.float32)
+    want = np.tril(x).reshape(2, 4, 8) + y
+    check(lambda x, y: x.tril().reshape(2, 4, 8) + y, [x, y], 1, want, monkeypatch)
