@@ -124,3 +124,49 @@ def test_a_reshaped_read_of_a_value_of_coordinates(monkeypatch: Any) -> None:
     x, y = rng.standard_normal((8, 8)).astype(np.float32), rng.standard_normal((2, 4, 8)).astype(np.float32)
     want = np.tril(x).reshape(2, 4, 8) + y
     check(lambda x, y: x.tril().reshape(2, 4, 8) + y, [x, y], 1, want, monkeypatch)
+
+
+@pytest.mark.parametrize("shape, dim", [((6, 32), 1), ((5, 3, 40), -1), ((4, 7, 9), 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_groups_over_the_same_rows_merge_for_a_node_reading_both(shape: tuple[int, ...], dim: int, dtype: Any,
+                                                                 monkeypatch: Any) -> None:
+    """Cosine similarity: |a| and |b| fold inputs no group shares (a fusion score of 0
+    opened a group for each); the division reads both: one kernel."""
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal(shape).astype(dtype), rng.standard_normal(shape).astype(dtype)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = (a64 * b64).sum(dim) / (np.linalg.norm(a64, axis=dim) * np.linalg.norm(b64, axis=dim))
+    check(lambda a, b: F.cosine_similarity(a, b, dim=dim), [a, b], 1, want, monkeypatch)
+
+
+def test_two_softmaxes_of_unrelated_logits_merge(monkeypatch: Any) -> None:
+    """KL divergence of a student's and a teacher's logits: two row kernels' worth of
+    folds (max, sum of exp, for each) and the final sum, one kernel."""
+    rng = np.random.default_rng(12)
+    s, t = rng.standard_normal((16, 50)).astype(np.float32), rng.standard_normal((16, 50)).astype(np.float32)
+
+    def log_softmax(x: np.ndarray) -> np.ndarray:
+        x = x.astype(np.float64) - x.max(-1, keepdims=True)
+        return x - np.log(np.exp(x).sum(-1, keepdims=True))
+    want = (np.exp(log_softmax(t)) * (log_softmax(t) - log_softmax(s))).sum(-1)
+    check(lambda s, t: (t.softmax(-1) * (t.log_softmax(-1) - s.log_softmax(-1))).sum(-1), [s, t], 1, want,
+          monkeypatch)
+
+
+def test_an_element_wise_group_takes_the_rows_of_the_one_it_merges_with(monkeypatch: Any) -> None:
+    """``x - x.mean(-1)`` (rows fixed) plus ``exp(y)`` (element-wise, free): one kernel."""
+    rng = np.random.default_rng(13)
+    x, y = rng.standard_normal((6, 40)).astype(np.float32), rng.standard_normal((6, 40)).astype(np.float32)
+    want = (x - x.mean(-1, keepdims=True)).astype(np.float64) * np.exp(y.astype(np.float64))
+    check(lambda x, y: (x - x.mean(-1, keepdim=True)) * y.exp(), [x, y], 1, want, monkeypatch)
+    # y's group first, then the one with rows, in the other loop order (a transposed read)
+    want = np.exp(y.astype(np.float64)).T * (x.T - x.T.mean(-1, keepdims=True))
+    check(lambda x, y: y.exp().T * (x.T - x.T.mean(-1, keepdim=True)), [x, y], 1, want, monkeypatch)
+
+
+def test_groups_over_other_rows_stay_apart(monkeypatch: Any) -> None:
+    """Folds over different dims of (8, 8): no common row; two kernels, right values."""
+    rng = np.random.default_rng(14)
+    x, y = rng.standard_normal((8, 8)).astype(np.float32), rng.standard_normal((8, 8)).astype(np.float32)
+    want = x.astype(np.float64).sum(0) * y.astype(np.float64).sum(1)
+    check(lambda x, y: x.sum(0) * y.sum(1), [x, y], 2, want, monkeypatch)
