@@ -170,3 +170,31 @@ def test_groups_over_other_rows_stay_apart(monkeypatch: Any) -> None:
     x, y = rng.standard_normal((8, 8)).astype(np.float32), rng.standard_normal((8, 8)).astype(np.float32)
     want = x.astype(np.float64).sum(0) * y.astype(np.float64).sum(1)
     check(lambda x, y: x.sum(0) * y.sum(1), [x, y], 2, want, monkeypatch)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64])
+@pytest.mark.parametrize("batch", [(), (2,), (2, 3)])
+def test_an_outer_product_matmul_is_a_fused_mul(batch: tuple[int, ...], dtype: Any, monkeypatch: Any) -> None:
+    """``a[..., :, None] @ b[..., None, :]`` (a contracted size of 1) is element-wise: it
+    joins the kernel that reads it (here with an add and an exp), no extern matmul."""
+    rng = np.random.default_rng(15)
+    a, b = (rng.integers(-3, 4, (*batch, n)).astype(dtype) for n in (5, 7))
+    c = rng.integers(-3, 4, (*batch, 5, 7)).astype(dtype)
+    want = a[..., :, None].astype(np.float64) * b[..., None, :] + c
+    check(lambda a, b, c: a.unsqueeze(-1) @ b.unsqueeze(-2) + c, [a, b, c], 1, want, monkeypatch)
+
+
+def test_hf_rotary_tables_from_position_ids_are_one_kernel(monkeypatch: Any) -> None:
+    """LlamaRotaryEmbedding: ``(inv_freq[None, :, None] @ position_ids[:, None, :].float())
+    .transpose(1, 2)``, ``cat((freqs, freqs))``, cos and sin: one kernel storing both."""
+    pos = np.stack([np.arange(3, 15), np.arange(12)]).astype(np.int64)
+    d = 16
+    inv = 1.0 / (10000 ** (np.arange(0, d, 2) / d))
+    emb = np.concatenate([pos[:, :, None] * inv] * 2, -1)
+
+    def tables(p: braze.Tensor) -> braze.Tensor:
+        inv_freq = 1.0 / (10000 ** (braze.arange(0, d, 2).float() / d))
+        freqs = (inv_freq[None, :, None].expand(p.shape[0], -1, 1) @ p[:, None, :].float()).transpose(1, 2)
+        e = braze.cat((freqs, freqs), dim=-1)
+        return braze.stack((e.cos(), e.sin()))
+    check(tables, [pos], 1, np.stack((np.cos(emb), np.sin(emb))), monkeypatch, tol=2e-5)

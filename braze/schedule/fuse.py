@@ -42,6 +42,7 @@ from . import chain
 from . import epilogue
 from . import prologue
 from . import merge
+from . import product
 from . import reshape
 from . import split
 from .group import ExternStep, Group, Key, KernelStep, Value, affine
@@ -73,7 +74,9 @@ class Schedule:
 class Scheduler:
     def __init__(self, nodes: Sequence[Any], key_of: dict[int, Key], live: set[Key], library: bool = True,
                  chains: bool | None = None) -> None:
-        self.nodes = list(nodes)  # a node placed at another cut of its shape is replaced (``reshape``)
+        # a node placed at another cut of its shape is replaced (``reshape``), and an outer
+        # product written as a matmul is a mul (``product``)
+        self.nodes = [product.as_product(n) or n for n in nodes]
         #: the target renders braze's library kernels (quantized matmuls and row gathers,
         #: top-k): the C backend does; the Triton one does not yet, so there those nodes
         #: stay nodes of their own (extern steps)
@@ -92,8 +95,8 @@ class Scheduler:
         self.dtypes: dict[Key, dt.DType] = {}
         self.claimed: dict[int, chain.Chain] = {}  # node -> the chain that absorbs it
         self.pending: dict[Key, epilogue.Pending] = {}  # a plain QLinear step's result -> the step
-        self.dead = dce.dead_nodes(nodes, self.key, live)  # never scheduled, nor counted as readers
-        for i, node in enumerate(nodes):
+        self.dead = dce.dead_nodes(self.nodes, self.key, live)  # never scheduled, nor counted as readers
+        for i, node in enumerate(self.nodes):
             if i in self.dead:
                 continue
             # A write's target counts as read: the write needs the storage to exist.
@@ -102,8 +105,8 @@ class Scheduler:
             for o in list(node.inputs) + list(node.outputs):
                 self.dtypes[self.key(o.storage)] = o.storage.dtype
 
-        self.created = recompute.find(nodes, self.key)
-        self.gathers = recompute.gathers(nodes, self.key)  # read through by chains only
+        self.created = recompute.find(self.nodes, self.key)
+        self.gathers = recompute.gathers(self.nodes, self.key)  # read through by chains only
 
     def key(self, storage: Any) -> Key:
         return self.key_of[id(storage)]

@@ -120,14 +120,6 @@ PENDING_GATHER = "pending: gather / take_along_dim as index expressions (issue 1
 PENDING_INT_CAST = "pending: float -> integer casts as kernels (issue 15 part 3: extern step today)"
 PENDING_TOPK = "pending: topk of small k as a kernel (issue 15 part 3: extern step today)"
 PENDING_REPEAT_KV = "pending: repeat_kv (expand + reshape merging a broadcast dim) as an index expression (issue 15 part 3)"
-CAT_OF_COMPUTED = ("a cat of values computed in the flush is stored slice by slice by the groups that compute them "
-                   "(one kernel per input's shape), then read back by its consumer")
-STACK_PAIRS = ("stack of the rotated pairs along a new last dim of size 2: the pieces are stored by their own "
-               "groups and the stack reads them back (they are not stores into slices of one kernel)")
-NO_GROUP_MERGE = ("two groups with the same rows that share no input (fusion score 0) are never merged: the reductions "
-                  "of the second input open a group of their own, and the node reading both joins only one")
-RESHAPED_ELEMENTWISE = ("an element-wise op on a reshaped view of a value ((16, 128) seen as (2, 8, 128), F.linear's "
-                        "output) does not join the group that computes the value in the other shape")
 ASSIGN_INTO_PENDING = ("an in-place write into a tensor computed in the same flush is an extern assign step "
                        "(schedule/fuse.py assign: the target is not realised yet)")
 INDEX_COPY = ("index_copy matches every position against every index: the any() over the indices and the "
