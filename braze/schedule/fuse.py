@@ -450,18 +450,27 @@ class Scheduler:
         return best
 
     @staticmethod
-    def folded(node: Any) -> tuple[int, ...]:
-        """The dims a reduction or a scan folds over."""
-        return tuple(node.attrs["dims"]) if node.op.name in REDUCTIONS else (node.attrs["dim"],)
+    def folded(node: Any, lead: int = 0) -> tuple[int, ...]:
+        """The dims a reduction or a scan folds over (counted after ``lead`` more dims)."""
+        return tuple(d + lead for d in node.attrs["dims"]) if node.op.name in REDUCTIONS else (node.attrs["dim"],)
+
+    @staticmethod
+    def lead(g: Group, node: Any) -> int:
+        """The dims a reduction's input lacks before the group's (broadcast along them,
+        as numpy aligns trailing dims); 0 for other nodes."""
+        return max(0, len(g.elem_shape) - len(node.inputs[0].layout.shape)) if node.op.name in REDUCTIONS else 0
 
     def space(self, g: Group, node: Any) -> tuple[str, tuple[int | None, ...]] | None:
         """How the node's dims map onto the group's coordinates, or None."""
         if node.op.name in REDUCTIONS or node.op.name in SCANS:
-            src = node.inputs[0].layout.shape
-            dims = self.folded(node)
+            lead = self.lead(g, node)
+            src = (1,) * lead + node.inputs[0].layout.shape
+            dims = self.folded(node, lead)
             kept = [d for d in range(len(src)) if d not in dims]
             # a reduction of an input broadcast along kept dims (a mask's (B, S, 1) summed
-            # over S in a group over (B, S, D)) is the same fold in every row it broadcasts to
+            # over S in a group over (B, S, D), or index_copy's (L, n, 1) matches reduced
+            # over n in a group over (B, H, L, n, D)) is the same fold in every row it
+            # broadcasts to
             same = src == g.elem_shape or node.op.name in REDUCTIONS and len(src) == len(g.elem_shape) and all(
                 a == b or a == 1 and d not in dims for d, (a, b) in enumerate(zip(src, g.elem_shape)))
             if not same or tuple(kept) + tuple(dims) != tuple(
@@ -469,7 +478,7 @@ class Scheduler:
                 return None  # (an element-wise group is reordered for it: ``add``)
             if len(kept) != len(g.outer) and (g.stages or g.row_shapes):
                 return None  # rows are fixed once the group has reduced something
-            return "reduce" if node.op.name in REDUCTIONS else "scan", g.elem_map
+            return "reduce" if node.op.name in REDUCTIONS else "scan", g.elem_map[lead:]
         shape = node.outputs[0].layout.shape
         if shape == g.elem_shape:
             return "elem", g.elem_map
@@ -669,8 +678,9 @@ class Scheduler:
         if self.space(g, node) is None and (seen := reshape.reshaped(g, node)) is not None:
             reshape.refine(g, seen[0].elem_shape)
             node = self.nodes[i] = seen[1]
+        lead = self.lead(g, node)
         if node.op.name in REDUCTIONS or node.op.name in SCANS:
-            dims = self.folded(node)
+            dims = self.folded(node, lead)
             order = [g.elem_map[d] for d in range(len(g.elem_shape)) if d not in dims] + \
                 [g.elem_map[d] for d in dims]
             if order != sorted(order):  # a reduction over a middle dim of element-wise work
@@ -699,8 +709,8 @@ class Scheduler:
             keep = node.attrs["keepdim"]
             src = node.inputs[0].layout.shape
             n_outer = len(g.outer)
-            row_map = tuple(g.elem_map[d] if d not in node.attrs["dims"] else None for d in range(len(src))) \
-                if keep else tuple(c for c in range(n_outer))
+            row_map = tuple(g.elem_map[d + lead] if d not in node.attrs["dims"] else None for d in range(len(src))) \
+                if keep else tuple(c for c in range(lead, n_outer))  # (the kept dims are the outer coordinates)
             g.row_shapes.setdefault(out.layout.shape, row_map)
             value = Value(expr, affine(out.layout, row_map, g.ndim), True, out.layout.shape, row_map)
         else:

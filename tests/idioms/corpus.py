@@ -122,8 +122,6 @@ PENDING_TOPK = "pending: topk of small k as a kernel (issue 15 part 3: extern st
 PENDING_REPEAT_KV = "pending: repeat_kv (expand + reshape merging a broadcast dim) as an index expression (issue 15 part 3)"
 ASSIGN_INTO_PENDING = ("an in-place write into a tensor computed in the same flush is an extern assign step "
                        "(schedule/fuse.py assign: the target is not realised yet)")
-INDEX_COPY = ("index_copy matches every position against every index: the any() over the indices and the "
-              "sum of the picked rows land in different groups (2-3 kernels)")
 NO_PROMOTION = "braze does not promote: float32 *= bool raises DtypeMismatch (PyTorch promotes the bool mask)"
 MASKED_WRITE = ("x[mask] = v is a where() into a temporary, then a copy kernel of its own into x (an in-place write "
                 "closes every group): two kernels for one masked write")
