@@ -223,3 +223,18 @@ def test_a_fold_of_an_input_of_fewer_dims_joins_the_group_that_loads_it(monkeypa
     x, w = rng.standard_normal((3, 5, 40)).astype(np.float32), rng.random((5, 40)).astype(np.float32) + 0.5
     want = (x.astype(np.float64) * w).sum(-1) / w.astype(np.float64).sum(-1)
     check(lambda x, w: (x * w).sum(-1) / w.sum(-1), [x, w], 1, want, monkeypatch)
+
+
+@pytest.mark.parametrize("shape, kernels", [((2, 4, 8, 16), 1), ((1, 8, 128, 64), 2)])
+def test_a_costly_table_broadcast_over_a_large_flush_is_computed_once(shape: tuple[int, ...], kernels: int,
+                                                                      monkeypatch: Any) -> None:
+    """``x * sin(arange(S)[:, None] * f)``: recomputed where read in a small flush (one
+    kernel), computed once and read back where x has 64K elements or more (the sin
+    would otherwise be computed B * H times over)."""
+    rng = np.random.default_rng(18)
+    x = rng.standard_normal(shape).astype(np.float32)
+    s, d = shape[-2:]
+    want = x.astype(np.float64) * np.sin(np.arange(s, dtype=np.float32)[:, None] * np.float32(0.01)
+                                         * np.arange(d, dtype=np.float32))
+    check(lambda x: x * (braze.arange(s).float()[:, None] * 0.01 * braze.arange(d).float()).sin(), [x], kernels,
+          want, monkeypatch, tol=1e-4)
