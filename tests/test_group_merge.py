@@ -238,3 +238,26 @@ def test_a_costly_table_broadcast_over_a_large_flush_is_computed_once(shape: tup
                                          * np.arange(d, dtype=np.float32))
     check(lambda x: x * (braze.arange(s).float()[:, None] * 0.01 * braze.arange(d).float()).sin(), [x], kernels,
           want, monkeypatch, tol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 128, 64), (2, 4, 96, 96)])
+def test_a_cut_coordinate_read_divided_becomes_affine(shape: tuple[int, ...], monkeypatch: Any) -> None:
+    """GPT-J's rotary with its tables made in the flush, at a size where they are stored
+    (``recompute.COSTLY_READS``): ``sin.repeat_interleave(2, -1)`` is read through (column
+    j reads j // 2) in a group cut to the stacked pairs' (..., D/2, 2), where j = 2 * i + p
+    and j // 2 = i: affine, so x * cos joins the pairs' group. Four steps: inv_freq's
+    kernel, the two tables' (the copy of sin closes the group computing it), the rope's."""
+    rng = np.random.default_rng(19)
+    x = rng.standard_normal(shape).astype(np.float32)
+    s, d = shape[-2:]
+    inv = np.float32(1) / np.float32(10000.0) ** (np.arange(0, d, 2, dtype=np.float32) / np.float32(d))
+    ang = np.arange(s, dtype=np.float32)[:, None] * inv
+    rot = np.stack((-x[..., 1::2], x[..., ::2]), -1).reshape(shape)
+    want = x.astype(np.float64) * np.repeat(np.cos(ang), 2, -1) + rot * np.repeat(np.sin(ang), 2, -1)
+
+    def prog(x: braze.Tensor) -> braze.Tensor:
+        inv = 1.0 / (10000.0 ** (braze.arange(0, d, 2, dtype=braze.float32) / d))
+        ang = braze.einsum("i,j->ij", braze.arange(s, dtype=braze.float32), inv)
+        sin, cos = ang.sin().repeat_interleave(2, dim=-1), ang.cos().repeat_interleave(2, dim=-1)
+        return x * cos + braze.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2) * sin
+    check(prog, [x], 4, want, monkeypatch, tol=2e-4)

@@ -149,11 +149,24 @@ def refinable(g: Group, refined: Shape) -> bool:
             if isinstance(e, ir.Coord) and e.dim in cuts:
                 return False
             if isinstance(e, ir.Load) and (any(c in cuts for c, _, _ in e.when)
-                                           or any(d[0] in cuts for d in e.index.divs)):
+                                           or not all(_exact(t, cuts) for t in e.index.divs)):
                 return False
-        if any(d[0] in cuts for d in v.index.divs):
+        if not all(_exact(t, cuts) for t in v.index.divs):
             return False
     return True
+
+
+def _exact(term: tuple[int, int, int, int], cuts: dict[int, list[int]]) -> bool:
+    """Is ``m * ((c + add) // d)`` affine once ``c`` is cut: an uncut coordinate, or a
+    divisor that is the extent of the pieces after one (a repeat_interleave's ``j // 2``
+    with j cut into (n, 2)): the quotient is then the pieces before it."""
+    c, add, d, _ = term
+    return c not in cuts or add == 0 and d in _steps(cuts[c])
+
+
+def _steps(parts: list[int]) -> list[int]:
+    """The stride of each piece of a cut coordinate, in the coordinate's units."""
+    return [prod(parts[k + 1:]) for k in range(len(parts))]
 
 
 def refine(g: Group, refined: Shape) -> None:
@@ -175,11 +188,18 @@ def refine(g: Group, refined: Shape) -> None:
     def index(a: ir.Affine) -> ir.Affine:
         coeffs = [0] * ndim
         for c, m in enumerate(a.coeffs):
-            step = m  # (a coordinate cut into nothing has extent 1: its term is 0)
-            for k in reversed(new[c]):
-                coeffs[k] = step if sizes[k] != 1 else 0  # as ``affine`` spells a dim of size 1
-                step *= sizes[k]
-        return ir.Affine(a.offset, tuple(coeffs), tuple((new[c][0], add, d, m) for c, add, d, m in a.divs))  # uncut
+            # (a coordinate cut into nothing has extent 1: its term is 0)
+            for k, st in zip(new[c], _steps([sizes[k] for k in new[c]])):
+                coeffs[k] += m * st if sizes[k] != 1 else 0  # as ``affine`` spells a dim of size 1
+        divs = []
+        for c, add, d, m in a.divs:
+            if c not in cuts:
+                divs.append((new[c][0], add, d, m))
+                continue
+            for k, st in zip(new[c], _steps(cuts[c])):  # (``_exact``: d is one of the steps)
+                if st >= d and sizes[k] != 1:
+                    coeffs[k] += m * (st // d)
+        return ir.Affine(a.offset, tuple(coeffs), tuple(divs))
 
     def leaf(e: ir.Expr) -> ir.Expr:
         if isinstance(e, ir.Coord):
