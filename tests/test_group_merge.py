@@ -200,20 +200,24 @@ def test_hf_rotary_tables_from_position_ids_are_one_kernel(monkeypatch: Any) -> 
     check(tables, [pos], 1, np.stack((np.cos(emb), np.sin(emb))), monkeypatch, tol=2e-5)
 
 
-@pytest.mark.parametrize("dim, rows", [(2, [0, 11]), (1, [2]), (0, [1, 0])])
-def test_index_copy_out_of_place_is_one_kernel(dim: int, rows: list[int], monkeypatch: Any) -> None:
+@pytest.mark.parametrize("dim, rows, shape, kernels", [
+    (2, [0, 11], (2, 3, 12, 8), 1), (1, [2], (2, 3, 12, 8), 1), (0, [1, 0], (2, 3, 12, 8), 1),
+    (2, [5, 300], (1, 8, 512, 32), 2)])
+def test_index_copy_out_of_place_is_one_kernel(dim: int, rows: list[int], shape: tuple[int, ...], kernels: int,
+                                               monkeypatch: Any) -> None:
     """``x.index_copy(dim, idx, src)``: the any() over each position's matches (an input
     of fewer dims than the group's, broadcast along its leading ones) folds beside the
-    sum of the picked rows, in one kernel."""
+    sum of the picked rows, in one kernel; in a large group that would repeat it more
+    than ``FOLD_REPEAT`` times over (here B * H * D), in a kernel of its own."""
     rng = np.random.default_rng(16)
-    x = rng.standard_normal((2, 3, 12, 8)).astype(np.float32)
+    x = rng.standard_normal(shape).astype(np.float32)
     shape = list(x.shape)
     shape[dim] = len(rows)
     src = rng.standard_normal(shape).astype(np.float32)
     idx = np.array(rows, np.int64)
     want = x.astype(np.float64)
     np.moveaxis(want, dim, 0)[idx] = np.moveaxis(src, dim, 0)
-    check(lambda x, i, s: x.index_copy(dim, i, s), [x, idx, src], 1, want, monkeypatch)
+    check(lambda x, i, s: x.index_copy(dim, i, s), [x, idx, src], kernels, want, monkeypatch)
 
 
 def test_a_fold_of_an_input_of_fewer_dims_joins_the_group_that_loads_it(monkeypatch: Any) -> None:

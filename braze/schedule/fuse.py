@@ -50,6 +50,10 @@ from ..codegen import quant as quant_kernels
 from ..codegen import topk as topk_kernels
 
 ROW_MIN = 1024
+#: a reduction of an input of fewer dims than a large group's joins it only if the group
+#: repeats its fold at most this many times over (index_copy's matches over (L, n) in a
+#: group over (B, H, L, n, D) at B * H * D = 1024 repeats: 1.5x slower than its own kernel)
+FOLD_REPEAT = 8
 
 
 def _debug() -> int:
@@ -478,6 +482,8 @@ class Scheduler:
                 return None  # (an element-wise group is reordered for it: ``add``)
             if len(kept) != len(g.outer) and (g.stages or g.row_shapes):
                 return None  # rows are fixed once the group has reduced something
+            if lead and prod(g.elem_shape) >= recompute.COSTLY_READS and prod(g.elem_shape) > FOLD_REPEAT * prod(src):
+                return None  # folded again in every row it broadcasts to: a kernel of its own costs less
             return "reduce" if node.op.name in REDUCTIONS else "scan", g.elem_map[lead:]
         shape = node.outputs[0].layout.shape
         if shape == g.elem_shape:
