@@ -41,6 +41,9 @@ from . import recompute
 from . import chain
 from . import epilogue
 from . import prologue
+from . import merge
+from . import product
+from . import reshape
 from . import split
 from . import inplace
 from .group import ExternStep, Group, Key, KernelStep, Value, affine, onto as _onto
@@ -48,6 +51,10 @@ from ..codegen import quant as quant_kernels
 from ..codegen import topk as topk_kernels
 
 ROW_MIN = 1024
+#: a reduction of an input of fewer dims than a large group's joins it only if the group
+#: repeats its fold at most this many times over (index_copy's matches over (L, n) in a
+#: group over (B, H, L, n, D) at B * H * D = 1024 repeats: 1.5x slower than its own kernel)
+FOLD_REPEAT = 8
 
 
 def _debug() -> int:
@@ -72,7 +79,9 @@ class Schedule:
 class Scheduler:
     def __init__(self, nodes: Sequence[Any], key_of: dict[int, Key], live: set[Key], library: bool = True,
                  chains: bool | None = None) -> None:
-        self.nodes = nodes
+        # a node placed at another cut of its shape is replaced (``reshape``), and an outer
+        # product written as a matmul is a mul (``product``)
+        self.nodes = [product.as_product(n) or n for n in nodes]
         #: the target renders braze's library kernels (quantized matmuls and row gathers,
         #: top-k): the C backend does; the Triton one does not yet, so there those nodes
         #: stay nodes of their own (extern steps)
@@ -91,8 +100,8 @@ class Scheduler:
         self.dtypes: dict[Key, dt.DType] = {}
         self.claimed: dict[int, chain.Chain] = {}  # node -> the chain that absorbs it
         self.pending: dict[Key, epilogue.Pending] = {}  # a plain QLinear step's result -> the step
-        self.dead = dce.dead_nodes(nodes, self.key, live)  # never scheduled, nor counted as readers
-        for i, node in enumerate(nodes):
+        self.dead = dce.dead_nodes(self.nodes, self.key, live)  # never scheduled, nor counted as readers
+        for i, node in enumerate(self.nodes):
             if i in self.dead:
                 continue
             # A write's target counts as read: the write needs the storage to exist.
@@ -101,8 +110,8 @@ class Scheduler:
             for o in list(node.inputs) + list(node.outputs):
                 self.dtypes[self.key(o.storage)] = o.storage.dtype
 
-        self.created = recompute.find(nodes, self.key)
-        self.gathers = recompute.gathers(nodes, self.key)  # read through by chains only
+        self.created = recompute.find(self.nodes, self.key)
+        self.gathers = recompute.gathers(self.nodes, self.key)  # read through by chains only
 
     def key(self, storage: Any) -> Key:
         return self.key_of[id(storage)]
@@ -402,6 +411,8 @@ class Scheduler:
         virtual = [g for g in producers if all(self.key(self.nodes[m].outputs[0].storage) in self.created
                                                for m in g.members)]
         best = self.best(node, [g for g in producers if g not in virtual])
+        if best is not None:
+            best = best[0], self.merge(node, best[1], [g for g in producers if g not in virtual])
         if best is None:
             # Siblings: an open group that already loads (or recomputes) one of this node's
             # inputs can read it once for both (mean and mean of squares of the same x), also
@@ -410,14 +421,35 @@ class Scheduler:
             # loads x too; a mask's sum beside the masked sum in mean pooling).
             best = self.best(node, [g for g in self.open if g not in producers and any(
                 self.key(o.storage) in g.loaded or self.key(o.storage) in g.recomputed for o in node.inputs)])
-        if best is None:
-            best = self.best(node, virtual)
+        if best is None and (best := self.best(node, virtual)) is not None:
+            best = best[0], self.merge(node, best[1], virtual)
         if best is not None:
             return self.add(best[1], i, node)
         g = self.new_group(node, reduce=node.op.name in REDUCTIONS or node.op.name in SCANS)
         if g is None:
             return False
         return self.add(g, i, node)
+
+    def merge(self, node: Any, g: Group, others: list[Group]) -> Group:
+        """``g`` with every other open group that computes an input of ``node`` merged
+        into it where one kernel can compute both and still take the node
+        (``merge.merged``): the node would otherwise make the other store its value."""
+        for p in others:
+            if p is g or not any(p is o for o in self.open):
+                continue
+            m = merge.merged(g, p)
+            if m is None:
+                refuse(node, f"groups {g.gid} and {p.gid}: other rows, or a scan or contraction: not merged")
+                continue
+            why = self.can_fuse(m, node)
+            if why:
+                refuse(node, f"groups {g.gid} and {p.gid} merged: {why}")
+                continue
+            self.open = [m if o is g else o for o in self.open if o is not p]
+            for k in m.values:
+                self.producer[k] = m
+            g = m
+        return g
 
     def best(self, node: Any, candidates: list[Group]) -> tuple[int, Group] | None:
         """The candidate group that saves the most traffic and accepts the node."""
@@ -433,18 +465,27 @@ class Scheduler:
         return best
 
     @staticmethod
-    def folded(node: Any) -> tuple[int, ...]:
-        """The dims a reduction or a scan folds over."""
-        return tuple(node.attrs["dims"]) if node.op.name in REDUCTIONS else (node.attrs["dim"],)
+    def folded(node: Any, lead: int = 0) -> tuple[int, ...]:
+        """The dims a reduction or a scan folds over (counted after ``lead`` more dims)."""
+        return tuple(d + lead for d in node.attrs["dims"]) if node.op.name in REDUCTIONS else (node.attrs["dim"],)
+
+    @staticmethod
+    def lead(g: Group, node: Any) -> int:
+        """The dims a reduction's input lacks before the group's (broadcast along them,
+        as numpy aligns trailing dims); 0 for other nodes."""
+        return max(0, len(g.elem_shape) - len(node.inputs[0].layout.shape)) if node.op.name in REDUCTIONS else 0
 
     def space(self, g: Group, node: Any) -> tuple[str, tuple[int | None, ...]] | None:
         """How the node's dims map onto the group's coordinates, or None."""
         if node.op.name in REDUCTIONS or node.op.name in SCANS:
-            src = node.inputs[0].layout.shape
-            dims = self.folded(node)
+            lead = self.lead(g, node)
+            src = (1,) * lead + node.inputs[0].layout.shape
+            dims = self.folded(node, lead)
             kept = [d for d in range(len(src)) if d not in dims]
             # a reduction of an input broadcast along kept dims (a mask's (B, S, 1) summed
-            # over S in a group over (B, S, D)) is the same fold in every row it broadcasts to
+            # over S in a group over (B, S, D), or index_copy's (L, n, 1) matches reduced
+            # over n in a group over (B, H, L, n, D)) is the same fold in every row it
+            # broadcasts to
             same = src == g.elem_shape or node.op.name in REDUCTIONS and len(src) == len(g.elem_shape) and all(
                 a == b or a == 1 and d not in dims for d, (a, b) in enumerate(zip(src, g.elem_shape)))
             if not same or tuple(kept) + tuple(dims) != tuple(
@@ -452,7 +493,9 @@ class Scheduler:
                 return None  # (an element-wise group is reordered for it: ``add``)
             if len(kept) != len(g.outer) and (g.stages or g.row_shapes):
                 return None  # rows are fixed once the group has reduced something
-            return "reduce" if node.op.name in REDUCTIONS else "scan", g.elem_map
+            if lead and prod(g.elem_shape) >= recompute.COSTLY_READS and prod(g.elem_shape) > FOLD_REPEAT * prod(src):
+                return None  # folded again in every row it broadcasts to: a kernel of its own costs less
+            return "reduce" if node.op.name in REDUCTIONS else "scan", g.elem_map[lead:]
         shape = node.outputs[0].layout.shape
         if shape == g.elem_shape:
             return "elem", g.elem_map
@@ -486,6 +529,8 @@ class Scheduler:
         return dim_map[d] if m == 1 and node.inputs[0].layout.shape else None
 
     def can_fuse(self, g: Group, node: Any) -> str:
+        if self.space(g, node) is None and (seen := reshape.reshaped(g, node)) is not None:
+            g, node = seen  # a reshaped view of the group's values: checked at their common cut
         sp = self.space(g, node)
         if sp is None:
             return f"iteration space {node.outputs[0].layout.shape} does not match the group's {g.elem_shape}"
@@ -651,8 +696,12 @@ class Scheduler:
         return ir.Load(arg, index, storage.dtype)
 
     def add(self, g: Group, i: int, node: Any) -> bool:
+        if self.space(g, node) is None and (seen := reshape.reshaped(g, node)) is not None:
+            reshape.refine(g, seen[0].elem_shape)
+            node = self.nodes[i] = seen[1]
+        lead = self.lead(g, node)
         if node.op.name in REDUCTIONS or node.op.name in SCANS:
-            dims = self.folded(node)
+            dims = self.folded(node, lead)
             order = [g.elem_map[d] for d in range(len(g.elem_shape)) if d not in dims] + \
                 [g.elem_map[d] for d in dims]
             if order != sorted(order):  # a reduction over a middle dim of element-wise work
@@ -685,8 +734,8 @@ class Scheduler:
             keep = node.attrs["keepdim"]
             src = node.inputs[0].layout.shape
             n_outer = len(g.outer)
-            row_map = tuple(g.elem_map[d] if d not in node.attrs["dims"] else None for d in range(len(src))) \
-                if keep else tuple(c for c in range(n_outer))
+            row_map = tuple(g.elem_map[d + lead] if d not in node.attrs["dims"] else None for d in range(len(src))) \
+                if keep else tuple(c for c in range(lead, n_outer))  # (the kept dims are the outer coordinates)
             g.row_shapes.setdefault(out.layout.shape, row_map)
             value = Value(expr, affine(out.layout, row_map, g.ndim), True, out.layout.shape, row_map)
         else:

@@ -271,3 +271,25 @@ def test_identical_kernels_compile_once(monkeypatch: pytest.MonkeyPatch) -> None
         e = np.exp(ref * wi.numpy() - (ref * wi.numpy()).max(-1, keepdims=True))
         ref = e / e.sum(-1, keepdims=True)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_reshaped_views_and_merged_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A linear's output read in its lead shape (``schedule/reshape.py``), GPT-J's stacked
+    pairs, and two groups over the same rows merged (``schedule/merge.py``): one kernel
+    each after the matmul, as on the CPU."""
+    def bert_out(x: Tensor, w: Tensor, b: Tensor, r: Tensor) -> Tensor:
+        return F.layer_norm(F.linear(x, w, b) + r, (24,), eps=1e-5)
+
+    def gptj(x: Tensor, c: Tensor, s: Tensor) -> Tensor:
+        return x * c + braze.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2) * s
+
+    cases: list[tuple[object, tuple[np.ndarray, ...], int]] = [
+        (bert_out, (_x(2, 5, 16), _x(24, 16), _x(24), _x(2, 5, 24)), 2),
+        (gptj, (_x(2, 3, 8, 16), _x(8, 16), _x(8, 16)), 1),
+        (lambda a, b: F.cosine_similarity(a, b, dim=1), (_x(6, 40), _x(6, 40)), 1),
+    ]
+    for fn, arrays, kernels in cases:
+        got, ref = on_both(monkeypatch, fn, *arrays)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+        ts = [braze.tensor(a, device="cuda") for a in arrays]
+        assert _launches(lambda: fn(*ts).numpy()) == kernels  # type: ignore[operator]

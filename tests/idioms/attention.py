@@ -12,7 +12,7 @@ import braze
 import braze.nn.functional as F
 
 from . import npref as R
-from .corpus import PENDING_REPEAT_KV, idiom, padding_mask, randn
+from .corpus import idiom, padding_mask, randn
 
 B, H, S, D = 2, 4, 16, 16
 Q = randn(B, H, S, D)

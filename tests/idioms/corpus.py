@@ -111,21 +111,3 @@ def value(x: Any) -> _Spec:
 def draw(case: Idiom, seed: int) -> list[Any]:
     rng = np.random.default_rng(seed)
     return [a(rng) if isinstance(a, _Spec) else a for a in case.args]
-
-
-# Reasons shared by cases whose count waits on concurrent work (issue 15, part 3) or on a
-# known limitation of the scheduler: each case that uses one is a strict xfail.
-PENDING_GATHER = "pending: gather / take_along_dim as index expressions (issue 15 part 3: extern step today)"
-PENDING_INT_CAST = "pending: float -> integer casts as kernels (issue 15 part 3: extern step today)"
-PENDING_TOPK = "pending: topk of small k as a kernel (issue 15 part 3: extern step today)"
-PENDING_REPEAT_KV = "pending: repeat_kv (expand + reshape merging a broadcast dim) as an index expression (issue 15 part 3)"
-CAT_OF_COMPUTED = ("a cat of values computed in the flush is stored slice by slice by the groups that compute them "
-                   "(one kernel per input's shape), then read back by its consumer")
-STACK_PAIRS = ("stack of the rotated pairs along a new last dim of size 2: the pieces are stored by their own "
-               "groups and the stack reads them back (they are not stores into slices of one kernel)")
-NO_GROUP_MERGE = ("two groups with the same rows that share no input (fusion score 0) are never merged: the reductions "
-                  "of the second input open a group of their own, and the node reading both joins only one")
-RESHAPED_ELEMENTWISE = ("an element-wise op on a reshaped view of a value ((16, 128) seen as (2, 8, 128), F.linear's "
-                        "output) does not join the group that computes the value in the other shape")
-INDEX_COPY = ("index_copy matches every position against every index: the any() over the indices and the "
-              "sum of the picked rows land in different groups (2-3 kernels)")

@@ -13,9 +13,7 @@ import braze
 import braze.nn.functional as F
 
 from . import npref as R
-from .corpus import (
-    PENDING_INT_CAST, RESHAPED_ELEMENTWISE, idiom, padding_mask,
-    randint, randn, value)
+from .corpus import idiom, padding_mask, randint, randn, value
 
 B, H, S, D = 2, 4, 8, 16
 HID = H * D
@@ -80,8 +78,7 @@ def prepare_4d_causal_mask_with_cache_position(attention_mask, cache_position):
 
 
 @idiom(randn(B, S, HID), randn(B, S, HID), randn(HID, HID), randn(HID), randn(HID), randn(HID), kernels=2,
-       oracle=lambda h, inp, w, b, g, beta: R.layer_norm(R.f64(h) @ w.T + b + inp, g, beta, 1e-12), rtol=1e-4, atol=1e-4,
-       bug=RESHAPED_ELEMENTWISE)
+       oracle=lambda h, inp, w, b, g, beta: R.layer_norm(R.f64(h) @ w.T + b + inp, g, beta, 1e-12), rtol=1e-4, atol=1e-4)
 def bert_self_output(hidden_states, input_tensor, dense_w, dense_b, ln_w, ln_b):
     hidden_states = F.linear(hidden_states, dense_w, dense_b)
     hidden_states = F.dropout(hidden_states, 0.1, training=False)

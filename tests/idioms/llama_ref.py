@@ -13,7 +13,7 @@ import braze
 import braze.nn.functional as F
 
 from . import npref as R
-from .corpus import PENDING_REPEAT_KV, idiom, randint, randn
+from .corpus import idiom, randint, randn
 
 B, S, H, KVH, HD = 2, 6, 4, 2, 8
 DIM = H * HD

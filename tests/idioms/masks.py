@@ -10,8 +10,7 @@ import numpy as np
 import braze
 
 from . import npref as R
-from .corpus import (
-    PENDING_INT_CAST, bools, idiom, padding_mask, randn)
+from .corpus import bools, idiom, padding_mask, randn
 
 S = 12
 MIN = float(np.finfo(np.float32).min)

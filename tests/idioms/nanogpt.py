@@ -12,7 +12,7 @@ import braze
 import braze.nn.functional as F
 
 from . import npref as R
-from .corpus import RESHAPED_ELEMENTWISE, idiom, randint, randn
+from .corpus import idiom, randint, randn
 
 B, T, C, NH = 2, 8, 32, 4
 HD = C // NH
@@ -54,8 +54,7 @@ def causal_self_attention_manual_path(qkv):
 
 
 @idiom(randn(B, T, C), randn(4 * C, C), randn(4 * C), randn(C, 4 * C), randn(C), kernels=4,
-       oracle=lambda x, w1, b1, w2, b2: R.gelu(R.f64(x) @ w1.T + b1) @ w2.T + b2, rtol=1e-4, atol=1e-4,
-       bug=RESHAPED_ELEMENTWISE)
+       oracle=lambda x, w1, b1, w2, b2: R.gelu(R.f64(x) @ w1.T + b1) @ w2.T + b2, rtol=1e-4, atol=1e-4)
 def mlp(x, w_fc, b_fc, w_proj, b_proj):
     x = F.linear(x, w_fc, b_fc)
     x = F.gelu(x)

@@ -9,7 +9,7 @@ import braze
 import braze.nn.functional as F
 
 from . import npref as R
-from .corpus import NO_GROUP_MERGE, idiom, padding_mask, randn
+from .corpus import idiom, padding_mask, randn
 
 B, S, D = 3, 10, 32
 TOK = randn(B, S, D)
@@ -107,8 +107,7 @@ def dot_score(a, b):
 
 
 @idiom(randn(6, D), randn(6, D), kernels=1,
-       oracle=lambda a, b: (R.f64(a) * b).sum(1) / (np.linalg.norm(R.f64(a), axis=1) * np.linalg.norm(R.f64(b), axis=1)),
-       bug=NO_GROUP_MERGE)
+       oracle=lambda a, b: (R.f64(a) * b).sum(1) / (np.linalg.norm(R.f64(a), axis=1) * np.linalg.norm(R.f64(b), axis=1)))
 def pairwise_cosine_similarity(a, b):
     return F.cosine_similarity(a, b, dim=1)
 

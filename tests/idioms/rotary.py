@@ -9,7 +9,7 @@ import numpy as np
 import braze
 
 from . import npref as R
-from .corpus import CAT_OF_COMPUTED, STACK_PAIRS, idiom, randint, randn, value
+from .corpus import idiom, randint, randn, value
 
 B, H, S, D = 2, 4, 8, 16
 COS, SIN = (t.astype(np.float32) for t in R.rope_tables(S, D))
@@ -54,7 +54,7 @@ def rope_interleaved_pairs_llama_reference(x):  # (B, S, H, D): xq_.view(..., D/
     return out.flatten(3).type_as(x)
 
 
-@idiom(randn(B, H, S, D), kernels=1, oracle=lambda x: R.rope_interleaved(x, 2), bug=STACK_PAIRS)
+@idiom(randn(B, H, S, D), kernels=1, oracle=lambda x: R.rope_interleaved(x, 2))
 def rope_interleaved_gptj_rotate_every_two(x):
     inv = 1.0 / (10000.0 ** (braze.arange(0, D, 2, dtype=braze.float32) / D))
     ang = braze.einsum("i,j->ij", braze.arange(S, dtype=braze.float32), inv)
@@ -74,9 +74,10 @@ def rope_tables_from_inv_freq(cos_only=None):  # HF LlamaRotaryEmbedding: outer 
     return emb.cos(), emb.sin()
 
 
-@idiom(value(np.arange(S)[None].repeat(2, 0)), kernels=2,
-       oracle=lambda p: (np.broadcast_to(COS, (2, S, D)), np.broadcast_to(SIN, (2, S, D))), bug=CAT_OF_COMPUTED)
+@idiom(value(np.arange(S)[None].repeat(2, 0)), kernels=1,
+       oracle=lambda p: (np.broadcast_to(COS, (2, S, D)), np.broadcast_to(SIN, (2, S, D))))
 def rope_tables_from_position_ids_matmul(position_ids):  # HF: inv_freq[None, :, None] @ position_ids[:, None, :]
+    # (an outer product: a mul, recomputed with its operands where the cat reads it)
     inv_freq = 1.0 / (10000 ** (braze.arange(0, D, 2).float() / D))
     inv_expanded = inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
     pos_expanded = position_ids[:, None, :].float()

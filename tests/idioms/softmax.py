@@ -85,9 +85,7 @@ def softmax_and_its_confidence(x):  # probabilities, and the top probability per
     return p, p.max(-1).values
 
 
-@idiom(X, randn(16, 50), kernels=1, oracle=lambda s, t: (R.softmax(t) * (R.log_softmax(t) - R.log_softmax(s))).sum(-1),
-       bug="the student's row reductions read nothing the teacher's group loads (fusion score 0), so they open "
-           "a second group, and the final sum joins only one of the two: 2 kernels")
+@idiom(X, randn(16, 50), kernels=1, oracle=lambda s, t: (R.softmax(t) * (R.log_softmax(t) - R.log_softmax(s))).sum(-1))
 def kl_divergence_of_logits(student, teacher):
     p = teacher.softmax(-1)
     return (p * (teacher.log_softmax(-1) - student.log_softmax(-1))).sum(-1)
