@@ -61,7 +61,7 @@ def llama_eager_attention_forward(query, key_states, value_states, attention_mas
     return attn_output.transpose(1, 2).contiguous()
 
 
-@idiom(padding_mask(B, S, dtype=np.int64, left=True), value(np.arange(S)), kernels=4,
+@idiom(padding_mask(B, S, dtype=np.int64, left=True), value(np.arange(S)), kernels=2,
        oracle=lambda m, cp: _hf_mask_np(m))
 def prepare_4d_causal_mask_with_cache_position(attention_mask, cache_position):
     min_dtype = braze.finfo(braze.float32).min
