@@ -12,8 +12,10 @@ views (``layout.py``) -> ``_record`` runs the op's shape and dtype rules
 ``numpy()`` flushes the stream to the executor (``plan.py``, or ``runtime/reference.py``).
 
 This file holds the class and the recording core; the API around it lives beside it:
-``creation.py`` (tensors from data, filled, ranges), ``functions.py`` (every op as a
-function, and the methods that are those functions) and ``indexing.py`` (``x[...]``).
+``views.py`` (the movement methods, a mixin), ``creation.py`` (tensors from data,
+filled, ranges), ``functions.py`` (every op as a function, and the methods that are
+those functions, declared for type checkers in ``attached.py``) and ``indexing.py``
+(``x[...]``).
 """
 
 from __future__ import annotations
@@ -27,26 +29,25 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Sequence,
 import numpy as np
 
 from . import dtypes as dt
+from .attached import Attached
 from .device import CPU, Device, as_device
 from .dtypes import DType, as_dtype
 from .errors import (
-    BrazeError,
     DeviceMismatch,
-    DimOutOfRange,
     DtypeMismatch,
-    IndexOutOfRange,
     RankMismatch,
     ShapeMismatch,
     Unsupported,
 )
-from .layout import Layout, Shape, broadcast_shapes, normalize_dim, normalize_dims
+from .layout import Layout, Shape, broadcast_shapes, normalize_dim
 from .ops.quant import check_block_rows, weight_type
 from .ops.registry import REGISTRY
 from .promotion import DIM, SCALAR, ZERO_DIM, check_cast, result_type, scalar_dtype
 from .runtime import memory
 from .stats import COUNTERS
 from .storage import Storage, block_bytes, host_view, placed, strided
-from .stream import Node, Operand, stream, stream_of
+from .stream import Node, Operand, stream_of
+from .views import Views, infer_shape, shape_arg_infer
 
 Scalar = int | float | bool
 # Builtins under other names: Tensor has methods called int, float and bool.
@@ -78,7 +79,7 @@ def _shape_arg(op: str, shape: tuple[Any, ...]) -> Shape:
     return tuple(out)
 
 
-class Tensor:
+class Tensor(Views, Attached):
     __slots__ = ("_storage", "_layout", "__weakref__")
     __array_priority__ = 1000  # numpy defers ``ndarray + Tensor`` to Tensor.__radd__
 
@@ -86,89 +87,9 @@ class Tensor:
         self._storage = storage
         self._layout = layout
 
-    if TYPE_CHECKING:  # methods attached from the function forms at the end of this file
-        def neg(self) -> Tensor: ...
-        def abs(self) -> Tensor: ...
-        def exp(self) -> Tensor: ...
-        def log(self) -> Tensor: ...
-        def sqrt(self) -> Tensor: ...
-        def rsqrt(self) -> Tensor: ...
-        def reciprocal(self) -> Tensor: ...
-        def sin(self) -> Tensor: ...
-        def cos(self) -> Tensor: ...
-        def tanh(self) -> Tensor: ...
-        def sigmoid(self) -> Tensor: ...
-        def erf(self) -> Tensor: ...
-        def relu(self) -> Tensor: ...
-        def silu(self) -> Tensor: ...
-        def floor(self) -> Tensor: ...
-        def ceil(self) -> Tensor: ...
-        def round(self) -> Tensor: ...
-        def sign(self) -> Tensor: ...
-        def logical_not(self) -> Tensor: ...
-        def isnan(self) -> Tensor: ...
-        def isinf(self) -> Tensor: ...
-        def isfinite(self) -> Tensor: ...
-        def add(self, other: Any) -> Tensor: ...
-        def sub(self, other: Any) -> Tensor: ...
-        def subtract(self, other: Any) -> Tensor: ...
-        def mul(self, other: Any) -> Tensor: ...
-        def multiply(self, other: Any) -> Tensor: ...
-        def div(self, other: Any) -> Tensor: ...
-        def divide(self, other: Any) -> Tensor: ...
-        def true_divide(self, other: Any) -> Tensor: ...
-        def floor_divide(self, other: Any) -> Tensor: ...
-        def remainder(self, other: Any) -> Tensor: ...
-        def eq(self, other: Any) -> Tensor: ...
-        def ne(self, other: Any) -> Tensor: ...
-        def lt(self, other: Any) -> Tensor: ...
-        def le(self, other: Any) -> Tensor: ...
-        def gt(self, other: Any) -> Tensor: ...
-        def ge(self, other: Any) -> Tensor: ...
-        def logical_and(self, other: Any) -> Tensor: ...
-        def logical_or(self, other: Any) -> Tensor: ...
-        def logical_xor(self, other: Any) -> Tensor: ...
-        def gelu(self, approximate: str = 'none') -> Tensor: ...
-        def square(self) -> Tensor: ...
-        def pow(self, exponent: Any) -> Tensor: ...
-        def clamp(self, min: Any = None, max: Any = None) -> Tensor: ...
-        def maximum(self, other: Any) -> Tensor: ...
-        def minimum(self, other: Any) -> Tensor: ...
-        def masked_fill(self, mask: Tensor, value: Any) -> Tensor: ...
-        def sum(self, dim: Any = None, keepdim: _bool = False, *, dtype: Any = None) -> Tensor: ...
-        def mean(self, dim: Any = None, keepdim: _bool = False, *, dtype: Any = None) -> Tensor: ...
-        def amax(self, dim: Any = None, keepdim: _bool = False) -> Tensor: ...
-        def amin(self, dim: Any = None, keepdim: _bool = False) -> Tensor: ...
-        def max(self, dim: Any = None, keepdim: _bool = False) -> Any: ...
-        def min(self, dim: Any = None, keepdim: _bool = False) -> Any: ...
-        def argmax(self, dim: _int | None = None, keepdim: _bool = False) -> Tensor: ...
-        def argmin(self, dim: _int | None = None, keepdim: _bool = False) -> Tensor: ...
-        def any(self, dim: Any = None, keepdim: _bool = False) -> Tensor: ...
-        def all(self, dim: Any = None, keepdim: _bool = False) -> Tensor: ...
-        def var(self, dim: Any = None, keepdim: _bool = False, *, correction: _float = 1, unbiased: _bool | None = None) -> Tensor: ...
-        def std(self, dim: Any = None, keepdim: _bool = False, *, correction: _float = 1, unbiased: _bool | None = None) -> Tensor: ...
-        def logsumexp(self, dim: Any, keepdim: _bool = False) -> Tensor: ...
-        def softmax(self, dim: _int, dtype: Any = None) -> Tensor: ...
-        def log_softmax(self, dim: _int, dtype: Any = None) -> Tensor: ...
-        def cumsum(self, dim: _int, *, dtype: Any = None) -> Tensor: ...
+    if TYPE_CHECKING:  # methods attached from the function forms (their other stubs: attached.py)
         def sort(self, dim: _int = -1, descending: _bool = False, stable: _bool = True) -> ValuesIndices: ...
-        def argsort(self, dim: _int = -1, descending: _bool = False, stable: _bool = True) -> Tensor: ...
         def topk(self, k: _int, dim: _int = -1, largest: _bool = True, sorted: _bool = True) -> ValuesIndices: ...
-        def tril(self, diagonal: _int = 0) -> Tensor: ...
-        def triu(self, diagonal: _int = 0) -> Tensor: ...
-        def gather(self, dim: _int, index: Tensor) -> Tensor: ...
-        def take_along_dim(self, indices: Tensor, dim: _int | None = None) -> Tensor: ...
-        def index_select(self, dim: _int, index: Tensor) -> Tensor: ...
-        def index_copy_(self, dim: _int, index: Tensor, source: Tensor) -> Tensor: ...
-        def matmul(self, other: Any) -> Tensor: ...
-        def prod(self, dim: Any = None, keepdim: _bool = False) -> Tensor: ...
-        def clip(self, min: Any = None, max: Any = None) -> Tensor: ...
-        def where(self, condition: Tensor, other: Any) -> Tensor: ...
-        def __getitem__(self, index: Any) -> Tensor: ...
-        def __setitem__(self, index: Any, value: Any) -> None: ...
-        def __pow__(self, o: Any) -> Tensor: ...
-        def __matmul__(self, o: Any) -> Tensor: ...
-        def __rmatmul__(self, o: Any) -> Tensor: ...
 
     # -- metadata ------------------------------------------------------------------------
     @property
@@ -404,140 +325,12 @@ class Tensor:
         return self if self.is_contiguous() else _record("copy", [self])
 
     # -- movement: views, no node ------------------------------------------------------------
-    def view(self, *shape: Any) -> "Tensor":
-        shape_ = _infer_shape("view", self, _shape_arg_infer("view", shape))
-        lay = self._layout.view(shape_)
-        if lay is None:
-            raise ShapeMismatch("view", [self.shape, shape_],
-                                f"the strides {self.stride()} cannot be viewed as this shape; use reshape() (which copies)")
-        return self._view(lay)
-
     def reshape(self, *shape: Any) -> "Tensor":
-        shape_ = _infer_shape("reshape", self, _shape_arg_infer("reshape", shape))
+        shape_ = infer_shape("reshape", self, shape_arg_infer("reshape", shape))
         lay = self._layout.view(shape_)
         if lay is not None:
             return self._view(lay)
         return _record("copy", [self])._view(Layout.contiguous(shape_))
-
-    def flatten(self, start_dim: _int = 0, end_dim: _int = -1) -> "Tensor":
-        if self.ndim == 0:
-            return self.reshape(1)
-        s = normalize_dim("flatten", start_dim, self.ndim)
-        e = normalize_dim("flatten", end_dim, self.ndim)
-        if s > e:
-            raise DimOutOfRange("flatten", start_dim, self.ndim, f"start_dim {start_dim} is after end_dim {end_dim}")
-        return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
-
-    def unflatten(self, dim: _int, sizes: Sequence[_int]) -> "Tensor":
-        d = normalize_dim("unflatten", dim, self.ndim)
-        sizes_ = _infer_shape("unflatten", self, tuple(sizes), numel=self.shape[d])
-        return self.view(self.shape[:d] + sizes_ + self.shape[d + 1:])
-
-    def permute(self, *dims: Any) -> "Tensor":
-        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
-            dims = tuple(dims[0])
-        if len(dims) != self.ndim:
-            raise RankMismatch("permute", len(dims), self.shape)
-        norm = [normalize_dim("permute", d, self.ndim) for d in dims]
-        if sorted(norm) != list(range(self.ndim)):
-            raise DimOutOfRange("permute", dims[0], self.ndim, f"dims {dims} are not a permutation")
-        return self._view(self._layout.permute(norm))
-
-    def transpose(self, dim0: _int, dim1: _int) -> "Tensor":
-        if self.ndim == 0:
-            return self
-        a = normalize_dim("transpose", dim0, self.ndim)
-        b = normalize_dim("transpose", dim1, self.ndim)
-        return self._view(self._layout.transpose(a, b))
-
-    def t(self) -> "Tensor":
-        if self.ndim > 2:
-            raise RankMismatch("t", "<= 2", self.shape)
-        return self.transpose(0, 1) if self.ndim == 2 else self
-
-    @property
-    def T(self) -> "Tensor":
-        return self.permute(list(range(self.ndim))[::-1])
-
-    @property
-    def mT(self) -> "Tensor":
-        if self.ndim < 2:
-            raise RankMismatch("mT", ">= 2", self.shape)
-        return self.transpose(-2, -1)
-
-    def squeeze(self, dim: _int | Sequence[_int] | None = None) -> "Tensor":
-        dims = normalize_dims("squeeze", dim, self.ndim) if self.ndim else ()
-        return self._view(self._layout.squeeze(dims))
-
-    def unsqueeze(self, dim: _int) -> "Tensor":
-        d = normalize_dim("unsqueeze", dim, self.ndim, extra=1)
-        return self._view(self._layout.unsqueeze(d))
-
-    def expand(self, *shape: Any) -> "Tensor":
-        sizes = _shape_arg_infer("expand", shape)
-        if len(sizes) < self.ndim:
-            raise ShapeMismatch("expand", [self.shape, sizes], "the new shape has fewer dims than the tensor")
-        lead = len(sizes) - self.ndim
-        target = []
-        for i, n in enumerate(sizes):
-            old = self.shape[i - lead] if i >= lead else None
-            if n == -1:
-                if old is None:
-                    raise ShapeMismatch("expand", [self.shape, sizes], "-1 is not allowed for a new leading dim")
-                n = old
-            elif old is not None and old != n and old != 1:
-                raise ShapeMismatch("expand", [self.shape, sizes], f"dim {i} of size {old} cannot expand to {n}")
-            target.append(n)
-        return self._view(self._layout.expand(tuple(target)))
-
-    def expand_as(self, other: "Tensor") -> "Tensor":
-        return self.expand(other.shape)
-
-    def broadcast_to(self, *shape: Any) -> "Tensor":
-        return self.expand(*shape)
-
-    def narrow(self, dim: _int, start: _int, length: _int) -> "Tensor":
-        d = normalize_dim("narrow", dim, self.ndim)
-        n = self.shape[d]
-        if start < 0:
-            start += n
-        if not (0 <= start <= n and 0 <= length and start + length <= n):
-            raise IndexOutOfRange("narrow", start + length if start >= 0 else start, n, d)
-        return self._view(self._layout.slice(d, start, start + length, 1))
-
-    def select(self, dim: _int, index: _int) -> "Tensor":
-        d = normalize_dim("select", dim, self.ndim)
-        n = self.shape[d]
-        if not -n <= index < n:
-            raise IndexOutOfRange("select", index, n, d)
-        return self._view(self._layout.select(d, index % n))
-
-    def split(self, split_size: _int | Sequence[_int], dim: _int = 0) -> tuple["Tensor", ...]:
-        d = normalize_dim("split", dim, self.ndim)
-        n = self.shape[d]
-        if isinstance(split_size, int):
-            if split_size <= 0:
-                raise ShapeMismatch("split", [self.shape], f"split_size must be positive, got {split_size}")
-            sizes = [_b.min(split_size, n - s) for s in range(0, n, split_size)] or [0]
-        else:
-            sizes = list(split_size)
-            if _b.sum(sizes) != n or _b.any(s < 0 for s in sizes):
-                raise ShapeMismatch("split", [self.shape], f"sizes {sizes} must be non-negative and sum to {n} (dim {dim})")
-        out, start = [], 0
-        for s in sizes:
-            out.append(self.narrow(d, start, s))
-            start += s
-        return tuple(out)
-
-    def chunk(self, chunks: _int, dim: _int = 0) -> tuple["Tensor", ...]:
-        if chunks <= 0:
-            raise ShapeMismatch("chunk", [self.shape], f"chunks must be positive, got {chunks}")
-        d = normalize_dim("chunk", dim, self.ndim)
-        return self.split(_b.max(1, math.ceil(self.shape[d] / chunks)), d)
-
-    def unbind(self, dim: _int = 0) -> tuple["Tensor", ...]:
-        d = normalize_dim("unbind", dim, self.ndim)
-        return tuple(self.select(d, i) for i in range(self.shape[d]))
 
     def repeat(self, *sizes: Any) -> "Tensor":
         reps = _shape_arg("repeat", sizes)
@@ -979,31 +772,6 @@ def _logical(op: str, a: Any, b: Any) -> Tensor:
                                   f"(use logical_and/or/xor, or compare first)")
     return _binary(op, a, b)
 
-
-def _infer_shape(op: str, x: Tensor, shape: Shape, numel: int | None = None) -> Shape:
-    """Resolve one -1 in a target shape and check the element count."""
-    numel = x.numel() if numel is None else numel
-    if list(shape).count(-1) > 1:
-        raise ShapeMismatch(op, [x.shape, shape], "only one dimension can be -1")
-    if -1 in shape:
-        known = prod(n for n in shape if n != -1)
-        if known == 0 or numel % known:
-            raise ShapeMismatch(op, [x.shape, shape], f"cannot infer -1 for {numel} elements")
-        shape = tuple(numel // known if n == -1 else n for n in shape)
-    if prod(shape) != numel:
-        raise ShapeMismatch(op, [x.shape, shape], f"{numel} elements cannot take shape {shape}")
-    return shape
-
-
-def _shape_arg_infer(op: str, shape: tuple[Any, ...]) -> Shape:
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = tuple(shape[0])
-    out = []
-    for n in shape:
-        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < -1:
-            raise ShapeMismatch(op, [tuple(shape)], f"bad size {n!r}")
-        out.append(int(n))
-    return tuple(out)
 
 def _block_attrs(op: str, w: Tensor) -> dict[str, Any]:
     """The attributes of an op over a weight kept in its file's type (its GGML type
