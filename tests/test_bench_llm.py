@@ -71,6 +71,9 @@ def test_llm_benchmark_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     lat = row["latency"]
     assert len(lat["steps_ms"]) == 8 and all(t > 0 for t in lat["steps_ms"])
     assert 0 < lat["p50_ms"] <= lat["p99_ms"] and lat["p99_over_p50"] >= 1
+    if "runqueue_wait_ms" in lat:  # Linux with schedstats: each step's wait for a CPU
+        assert len(lat["runqueue_wait_ms"]) == 8 and min(lat["runqueue_wait_ms"]) >= 0
+        assert 0 <= lat["descheduled_steps"] <= 8
     assert row["rss_mib"] > 0 and row["load_s"] > 0
     ps = row["per_step"]
     assert set(ps) == {"kernel_launches", "c_calls", "allocations", "nodes_recorded"}
@@ -83,3 +86,25 @@ def test_llm_benchmark_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert f"| {res['model']['name']} | 1 | " in out and res["markdown"] in out
     w, h, raw = _png_pixels(out_png.read_bytes())
     assert w > 100 and h > 100 and len(raw) == h * (1 + 3 * w)
+
+
+def test_runqueue_wait_splits_the_steps_the_machine_made_late() -> None:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from bench.schedstat import DESCHEDULED, runqueue_wait_ns, split
+
+    a = runqueue_wait_ns()
+    if a is None:
+        pytest.skip("no per-thread schedstat on this kernel")
+    sum(range(100_000))
+    b = runqueue_wait_ns()
+    assert b is not None and b >= a >= 0  # a sum over the threads: never goes back
+    step = np.array([10.0] * 97 + [10.5, 30.0, 40.0])
+    wait = np.zeros(100)
+    wait[[98, 99]] = 20.0  # the two slowest steps waited for a CPU
+    wait[0] = DESCHEDULED * 10 / 2  # a wait under the threshold does not count
+    got = split(step, wait)
+    assert got["descheduled_steps"] == 2
+    calm = step[:98]
+    assert got["p99_over_p50_not_descheduled"] == pytest.approx(np.percentile(calm, 99) / np.percentile(calm, 50))
+    assert got["runqueue_wait_ms_total"] == pytest.approx(wait.sum())
