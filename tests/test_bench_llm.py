@@ -108,3 +108,22 @@ def test_runqueue_wait_splits_the_steps_the_machine_made_late() -> None:
     calm = step[:98]
     assert got["p99_over_p50_not_descheduled"] == pytest.approx(np.percentile(calm, 99) / np.percentile(calm, 50))
     assert got["runqueue_wait_ms_total"] == pytest.approx(wait.sum())
+
+
+def test_the_parent_sleeps_while_a_child_runs_and_still_times_it_out() -> None:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import resource
+    import subprocess
+
+    from bench.llm import _wait_rusage
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.6)"])
+    before = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+    rc, usage = _wait_rusage(child, 60)
+    woke = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw - before
+    assert rc == 0 and usage is not None and usage.ru_maxrss > 0
+    # polling every 50 ms would sleep and wake ~12 times over the child's 0.6 s
+    assert woke <= 4, woke
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    assert _wait_rusage(slow, 0.3) == (124, None) and slow.returncode is not None
