@@ -11,7 +11,9 @@ thread variables set before Python starts. It loads the model, then measures:
   pp<P>     prefill as llama-bench counts it: P prompt tokens (the start of
             bench/data/heldout.txt) in one call on a fresh KV cache, the last
             position's logits read back; one warm-up call (it compiles), then the median
-            of ``--reps`` calls; tokens/s = P / median.
+            of ``--reps`` calls; tokens/s = P / median. Every timed run below starts
+            after the warm-ups' background compiles end (a cold kernel cache: the
+            whole modules ``runtime/units.py`` builds at nice 19 and swaps in).
   tg<G>     decoding as llama-bench counts it: G single-token steps, each reading its
             logits back, the next token the greedy choice; tokens/s = G / total time,
             median over ``--tg-reps`` runs on fresh caches after one warm-up run.
@@ -19,7 +21,11 @@ thread variables set before Python starts. It loads the model, then measures:
             one-token prompt (its prefill, not timed): the context grows 1 .. G + 1.
   latency   ``--latency-tokens`` more such steps after the same one-token prompt, each
             timed alone (perf_counter): P50, P99 and P99/P50 (how steady a step is:
-            garbage collection, allocation, thread wake-ups show up in P99).
+            garbage collection, allocation, thread wake-ups show up in P99). Around each
+            step, how long the process's threads waited runnable for a CPU
+            (``schedstat.py``): a step whose threads waited more than 5% of P50 is
+            "descheduled" (the machine, not braze, made it late); the table gives
+            their count and P99/P50 over the other steps.
   RSS       the subprocess's peak resident memory (getrusage ru_maxrss).
   per step  over the latency run, after warm-up: ``braze.stats()`` deltas per step:
             kernel launches, allocations, Python-to-C calls (``c_calls``, "n/a" while
@@ -60,6 +66,7 @@ import datetime as _dt
 import json
 import os
 import resource
+import select
 import statistics
 import subprocess
 import sys
@@ -70,6 +77,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .schedstat import runqueue_wait_ns, split
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -127,10 +136,11 @@ def _materialize(caches: Any) -> None:
 
 
 def _decode_run(model: Any, first: int, steps: int, cache_len: int, warmup: int = 0
-                ) -> tuple[float, list[float], dict[str, int]]:
+                ) -> tuple[float, list[float], dict[str, int], list[float]]:
     """``steps`` greedy decoding steps after a one-token prompt and ``warmup`` untimed
-    steps, on a fresh cache: the total time, each step's time (seconds) and braze's
-    counters over the timed steps alone."""
+    steps, on a fresh cache: the total time, each step's time (seconds), braze's
+    counters over the timed steps alone and each step's run-queue wait (seconds, summed
+    over the process's threads: ``schedstat.py``; empty where Linux does not say)."""
     from braze import stats
     with decode_session(model, cache_len) as session:
         caches = session.caches
@@ -139,21 +149,27 @@ def _decode_run(model: Any, first: int, steps: int, cache_len: int, warmup: int 
         for _ in range(warmup):  # the steps a capture watches before it replays
             token = int(np.argmax(decode_step(session, token)))
         times: list[float] = []
+        waits: list[float] = []
         before = stats()
         t_start = time.perf_counter()
         for _ in range(steps):
+            w = runqueue_wait_ns()
             t = time.perf_counter()
             logits = decode_step(session, token)
             times.append(time.perf_counter() - t)
+            w2 = runqueue_wait_ns()
+            if w is not None and w2 is not None:
+                waits.append((w2 - w) * 1e-9)
             token = int(np.argmax(logits))
         total = time.perf_counter() - t_start
         after = stats()
-    return total, times, {k: after[k] - before[k] for k in after if k in before}
+    return total, times, {k: after[k] - before[k] for k in after if k in before}, waits
 
 
 def run_worker(args: argparse.Namespace) -> dict[str, Any]:
     import braze
     from braze.models import load_llm
+    from braze.runtime import units
 
     t0 = time.perf_counter()
     loaded = load_llm(args.model)
@@ -172,15 +188,21 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
     # warm-up: schedules and compiles the prompt's plan; then the capture watches a second prompt
     pp_first = one_prefill()
     one_prefill()
-    pp = [one_prefill() for _ in range(args.reps)]
-
     cache_len = 1 + max(g, lat + WARMUP_STEPS)
     tg_first = _decode_run(model, ids[0], g, cache_len)[0]  # warm-up: compiles the step's plan
+    # a cold kernel cache: the warm-ups ran on compile units while the whole modules
+    # compile in the background (runtime/units.py, ``later``); timed, that gcc would
+    # take a core from a 2-thread step and the kernel swap would land inside the timed
+    # runs, so they start once it is done, as llama-bench's start after its warm-up
+    t0 = time.perf_counter()
+    units.wait()
+    compile_wait = time.perf_counter() - t0
+    pp = [one_prefill() for _ in range(args.reps)]
     tg = [_decode_run(model, ids[0], g, cache_len)[0] for _ in range(args.tg_reps)]
 
     # per-step latency and counters after warm-up (the capture's first steps), as the
     # issue counts them; tg64 above includes those steps, as a generation does
-    _, steps, counted = _decode_run(model, ids[0], lat, cache_len, WARMUP_STEPS)
+    _, steps, counted, waits = _decode_run(model, ids[0], lat, cache_len, WARMUP_STEPS)
     per_step: dict[str, float | None] = {
         # None: braze has no such counter (yet); the table prints "n/a"
         key: counted[key] / lat if key in counted else None
@@ -188,17 +210,21 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
 
     ms = np.array(steps) * 1e3
     p50, p99 = float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
+    # which slow steps the machine made slow: a thread of the step waited for a CPU
+    wait_ms = np.array(waits) * 1e3 if len(waits) == len(steps) else None
+    sched: dict[str, Any] = {} if wait_ms is None else {**split(ms, wait_ms), "runqueue_wait_ms": wait_ms.tolist()}
     return {
         "engine": "braze",
         "threads": args.worker_threads,
         "braze_threads": braze.get_num_threads(),
         "load_s": load_s,
+        "background_compile_wait_s": compile_wait,
         "pp": {"tokens": p, "tokens_per_s": p / statistics.median(pp), "median_s": statistics.median(pp),
                "first_call_s": pp_first, "seconds": pp},
         "tg": {"tokens": g, "tokens_per_s": g / statistics.median(tg), "median_s": statistics.median(tg),
                "first_run_s": tg_first, "seconds": tg},
         "latency": {"steps": lat, "p50_ms": p50, "p99_ms": p99, "p99_over_p50": p99 / p50,
-                    "mean_ms": float(ms.mean()), "max_ms": float(ms.max()), "steps_ms": ms.tolist()},
+                    "mean_ms": float(ms.mean()), "max_ms": float(ms.max()), "steps_ms": ms.tolist(), **sched},
         "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB on Linux
         "per_step": per_step,
     }
@@ -230,10 +256,26 @@ def _busy_seconds() -> float | None:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
+def _exited(proc: subprocess.Popen[bytes], timeout: float) -> bool | None:
+    """Sleep until ``proc`` exits or ``timeout`` s pass, without waking meanwhile (a
+    pidfd): whether it exited; None where Linux has no pidfd. A parent polling 20 times
+    a second would take a core from a 2-thread child's decoding step 20 times a second."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        return None
+    try:
+        return bool(select.select([fd], [], [], timeout)[0])
+    finally:
+        os.close(fd)
+
+
 def _wait_rusage(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int, Any]:
     """Wait for ``proc`` (killing it after ``timeout`` s): its exit status and its own
     rusage from wait4() (getrusage of the children would mix all of them; None if killed)."""
     deadline = time.monotonic() + timeout
+    if _exited(proc, timeout) is False:
+        deadline = 0.0  # timed out: killed below
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid == proc.pid:
@@ -402,7 +444,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 def table(model_name: str, p: int, g: int, braze_rows: list[dict[str, Any]],
           llama_rows: dict[int, dict[str, Any]]) -> str:
     head = ["model", "threads", f"braze pp{p} tok/s", f"braze tg{g} tok/s", "P50 ms", "P99 ms", "P99/P50",
-            "RSS MiB", "kernels/step", "C calls/step", "allocations/step", "nodes/step",
+            "descheduled steps", "P99/P50 of the others", "RSS MiB", "kernels/step", "C calls/step", "allocations/step", "nodes/step",
             f"llama.cpp pp{p} tok/s", f"llama.cpp tg{g} tok/s", "llama.cpp RSS MiB",
             "pp braze/llama.cpp", "tg braze/llama.cpp"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -417,7 +459,8 @@ def table(model_name: str, p: int, g: int, braze_rows: list[dict[str, Any]],
             lpp, ltg = _get(lr, "pp", "tokens_per_s"), _get(lr, "tg", "tokens_per_s")
             cells = [model_name, str(t), _num(bpp), _num(btg), _num(_get(r, "latency", "p50_ms"), 2),
                      _num(_get(r, "latency", "p99_ms"), 2), _num(_get(r, "latency", "p99_over_p50"), 2),
-                     _num(_get(r, "rss_mib"), 0), _num(ps.get("kernel_launches")), _num(ps.get("c_calls")),
+                     _num(_get(r, "latency", "descheduled_steps")),
+                     _num(_get(r, "latency", "p99_over_p50_not_descheduled"), 2), _num(_get(r, "rss_mib"), 0), _num(ps.get("kernel_launches")), _num(ps.get("c_calls")),
                      _num(ps.get("allocations")), _num(ps.get("nodes_recorded")),
                      _num(lpp), _num(ltg), _num(_get(lr, "rss_mib"), 0), _ratio(bpp, lpp), _ratio(btg, ltg)]
         lines.append("| " + " | ".join(cells) + " |")

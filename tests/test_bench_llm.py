@@ -71,7 +71,10 @@ def test_llm_benchmark_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     lat = row["latency"]
     assert len(lat["steps_ms"]) == 8 and all(t > 0 for t in lat["steps_ms"])
     assert 0 < lat["p50_ms"] <= lat["p99_ms"] and lat["p99_over_p50"] >= 1
-    assert row["rss_mib"] > 0 and row["load_s"] > 0
+    if "runqueue_wait_ms" in lat:  # Linux with schedstats: each step's wait for a CPU
+        assert len(lat["runqueue_wait_ms"]) == 8 and min(lat["runqueue_wait_ms"]) >= 0
+        assert 0 <= lat["descheduled_steps"] <= 8
+    assert row["rss_mib"] > 0 and row["load_s"] > 0 and row["background_compile_wait_s"] >= 0
     ps = row["per_step"]
     assert set(ps) == {"kernel_launches", "c_calls", "allocations", "nodes_recorded"}
     assert ps["kernel_launches"] > 0 and all(v is None or v >= 0 for v in ps.values())
@@ -83,3 +86,44 @@ def test_llm_benchmark_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert f"| {res['model']['name']} | 1 | " in out and res["markdown"] in out
     w, h, raw = _png_pixels(out_png.read_bytes())
     assert w > 100 and h > 100 and len(raw) == h * (1 + 3 * w)
+
+
+def test_runqueue_wait_splits_the_steps_the_machine_made_late() -> None:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from bench.schedstat import DESCHEDULED, runqueue_wait_ns, split
+
+    a = runqueue_wait_ns()
+    if a is None:
+        pytest.skip("no per-thread schedstat on this kernel")
+    sum(range(100_000))
+    b = runqueue_wait_ns()
+    assert b is not None and b >= a >= 0  # a sum over the threads: never goes back
+    step = np.array([10.0] * 97 + [10.5, 30.0, 40.0])
+    wait = np.zeros(100)
+    wait[[98, 99]] = 20.0  # the two slowest steps waited for a CPU
+    wait[0] = DESCHEDULED * 10 / 2  # a wait under the threshold does not count
+    got = split(step, wait)
+    assert got["descheduled_steps"] == 2
+    calm = step[:98]
+    assert got["p99_over_p50_not_descheduled"] == pytest.approx(np.percentile(calm, 99) / np.percentile(calm, 50))
+    assert got["runqueue_wait_ms_total"] == pytest.approx(wait.sum())
+
+
+def test_the_parent_sleeps_while_a_child_runs_and_still_times_it_out() -> None:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import resource
+    import subprocess
+
+    from bench.llm import _wait_rusage
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.6)"])
+    before = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+    rc, usage = _wait_rusage(child, 60)
+    woke = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw - before
+    assert rc == 0 and usage is not None and usage.ru_maxrss > 0
+    # polling every 50 ms would sleep and wake ~12 times over the child's 0.6 s
+    assert woke <= 4, woke
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    assert _wait_rusage(slow, 0.3) == (124, None) and slow.returncode is not None

@@ -4,7 +4,11 @@ compiled in parallel, computing what one module computed."""
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -264,3 +268,19 @@ def test_the_whole_modules_land_in_the_cache_after_a_short_process_ends(tmp_path
     compiled, libs, total = second.stdout.split()
     assert compiled == "0" and libs == "1"  # every kernel from the whole module, nothing compiled
     assert total == first.stdout.split()[2]
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="no idle scheduling class here")
+def test_the_background_compile_runs_in_the_idle_class_and_so_do_its_compilers() -> None:
+    # a process of its own: the class cannot be left again without privileges
+    code = ("import os, subprocess, sys\n"
+            "from braze.runtime import units\n"
+            "units._idle_class()\n"
+            "child = subprocess.run([sys.executable, '-c', 'import os; print(os.sched_getscheduler(0))'],\n"
+            "                       capture_output=True, text=True, check=True)\n"
+            "print(os.sched_getscheduler(0), child.stdout.strip())\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(Path(braze.__file__).parents[1]),
+                                                                  os.environ.get("PYTHONPATH")) if p))
+    assert os.sched_getscheduler(0) != os.SCHED_IDLE
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split() == [str(os.SCHED_IDLE)] * 2

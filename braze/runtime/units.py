@@ -225,9 +225,27 @@ def _compile_elsewhere(todo: list[tuple[str, list[str]]]) -> subprocess.Popen[by
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def _idle_class() -> None:
+    """Run this process and the compilers it starts in the idle scheduling class.
+
+    nice 19 is a small share, not none: on a machine whose cores a 2-thread decoding
+    step fills, its gcc still takes a core for a slice now and then, and the step's
+    other thread waits for it at the next barrier (a late step, P99). A SCHED_IDLE task
+    weighs a fifth of a nice-19 one, never preempts a waking normal task and is
+    preempted by one at once, so the compile runs on what the step leaves (its
+    threads' sleeps, the time between steps). Inherited by the gcc processes; where it
+    is refused (not Linux), nice 19 alone remains."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
+
+
 def _main(path: str) -> None:
     """The background compile ``later`` starts: the modules listed in ``path`` (JSON
-    ``[[source, names], ...]``, removed here), compiled into the cache at nice 19."""
+    ``[[source, names], ...]``, removed here), compiled into the cache at nice 19 in
+    the idle scheduling class."""
+    _idle_class()
     try:
         with open(path) as f:
             todo = json.load(f)
