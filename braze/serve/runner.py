@@ -57,9 +57,8 @@ BLOCK_SIZE = 16
 DECODE_ROWS = FEW
 # A prompt fed beside decoding rows takes only the step's padding rows (free: the step
 # costs the same) while that feeds all waiting prompt tokens within FREE_TURNS turns; a
-# second, smaller step per turn (1.6x a decoding turn) was the 8-client ITL tail
-# (bench/RESULTS.md, seventh session). A short prompt cached up to its last block has
-# at most 16 tokens left, so at 7 decoders it waits at most 16 turns.
+# second, smaller step per turn (1.6x a decoding turn) was the 8-client ITL tail. A
+# prompt cached up to its last block has at most 16 tokens left: at 7 decoders, 16 turns.
 FREE_TURNS = 16
 # With nobody decoding, a prompt of at most ROW_STEPS steps' rows is fed as rows of
 # decoding steps in one turn, not as a prefill chunk: the prefill program's GEMM
