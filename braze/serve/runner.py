@@ -5,10 +5,12 @@ Each turn, every sequence that has one token to feed (its last sampled token)
 decodes in ONE step: a (B, 1) batch whose matmuls read each weight once for all B
 rows, each row at its own position, attending over its own blocks (``nn.paged``). A
 sequence with more than one token to feed (a new prompt, or one preempted and
-resumed) feeds its tokens as more rows of those steps, a few per turn (``turn_rows``),
-so a prompt that arrives delays the others by at most about half a step; with no
-sequence decoding it feeds a chunk of at most ``chunk`` tokens through the prefill
-program instead.
+resumed) feeds its tokens as more rows of those steps: in the step's padding rows
+alone where that feeds it soon (one step a turn, the others' latency untouched), else
+a few per turn (``turn_rows``), so a prompt that arrives delays the others by at most
+about half a step. With no sequence decoding, a short prompt is fed as rows of a few
+steps in one turn, a long one as a chunk of at most ``chunk`` tokens through the
+prefill program.
 
 Steps are padded to buckets (the batch to a power of two up to ``max_batch``, the
 chunk to ``PREFILL_BUCKETS``, the block table to a power of two), so the programs
@@ -53,6 +55,15 @@ BLOCK_SIZE = 16
 # weight once for up to 8 rows (codegen/quant.py's FEW); past it the GEMM path costs
 # ~3x as much for 16 rows as two steps of 8 (bench/RESULTS.md, fifth session).
 DECODE_ROWS = FEW
+# A prompt fed beside decoding rows takes only the step's padding rows (free: the step
+# costs the same) while that feeds all waiting prompt tokens within FREE_TURNS turns; a
+# second, smaller step per turn (1.6x a decoding turn) was the 8-client ITL tail. A
+# prompt cached up to its last block has at most 16 tokens left: at 7 decoders, 16 turns.
+FREE_TURNS = 16
+# With nobody decoding, a prompt of at most ROW_STEPS steps' rows is fed as rows of
+# decoding steps in one turn, not as a prefill chunk: the prefill program's GEMM
+# dequantizes every weight (~240 ms at 1 thread for 16 tokens, ~6x a step of 8 rows).
+ROW_STEPS = 4
 KV_BUDGET = 256 << 20  # the pool's default size in bytes (at least one full context; at most max_batch)
 
 
@@ -175,20 +186,23 @@ class PagedRunner:
 
         While some sequence decodes, prompt tokens ride in its decoding steps as rows of
         their own (a row per token, each at its position: a row's key is in the pool
-        before any row reads it, so a prompt's later tokens see its earlier ones), at
-        most ``turn_rows`` rows per turn: a turn costs at most about half a decoding step
-        more, however long the prompts that arrive. With nobody decoding, the first
-        prompt feeds one chunk through the prefill program (fastest to its first token)."""
+        before any row reads it, so a prompt's later tokens see its earlier ones), as
+        ``_prompt_rows`` says: a turn costs at most about half a decoding step more,
+        however long the prompts that arrive, and nothing more for short ones. With
+        nobody decoding, a prompt of up to ``ROW_STEPS`` steps' rows is fed as rows, a
+        longer one as one chunk through the prefill program (fastest to its first
+        token)."""
         preempted: list[S] = []
         prompts = [s for s in running if len(s.history) - s.state.cached > 1]
         decoding = [s for s in running if len(s.history) - s.state.cached == 1]
-        if not decoding:
+        pending = sum(len(s.history) - s.state.cached for s in prompts)
+        if not decoding and (not prompts or len(prompts[0].history) - prompts[0].state.cached > ROW_STEPS * self.rows):
             if prompts:
                 self._prefill(prompts[0], running, preempted)
             return preempted
         rows = [(s, s.state.cached) for s in decoding
                 if s not in preempted and self._grow(s, s.state.cached + 1, running, preempted)]
-        room = self._prompt_rows(len(rows))
+        room = self._prompt_rows(len(rows), pending)
         fed: list[tuple[S, int]] = []  # the prompts fed, from where
         for s in prompts:
             if room <= 0:
@@ -209,11 +223,18 @@ class PagedRunner:
                 self._register(s.state, start)
         return preempted
 
-    def _prompt_rows(self, decoding: int) -> int:
-        """Prompt tokens a turn with ``decoding`` decoding rows takes: up to ``turn_rows``
-        rows in all, and at least the padding of its last step, plus half a step where
-        that padding is under half a step (so a full batch still feeds its prompts)."""
+    def _prompt_rows(self, decoding: int, pending: int) -> int:
+        """Prompt tokens a turn with ``decoding`` decoding rows takes of ``pending``: with
+        nobody decoding, up to ``ROW_STEPS`` steps; else the padding of its last step
+        (one step a turn: a prompt costs the others nothing) where that feeds them all
+        within ``FREE_TURNS`` turns, otherwise up to ``turn_rows`` rows in all, and at
+        least the padding plus half a step where the padding is under half a step (so a
+        full batch still feeds its prompts)."""
+        if not decoding:
+            return ROW_STEPS * self.rows
         pad, half = -decoding % self.rows, max(1, self.rows // 2)
+        if pending <= pad * FREE_TURNS:
+            return pad
         return max(self.turn_rows - decoding, pad if pad >= half else pad + half)
 
     def _register(self, st: SeqState, start: int) -> None:

@@ -12,6 +12,7 @@ import pytest
 from braze.errors import InvalidArgument, ShapeMismatch
 from braze.generate import generate_ids
 from braze.serve.engine import Engine, Event, QueueFull, Request
+from braze.serve.runner import FREE_TURNS
 
 PROMPTS = ["The capital of France is", "1, 2, 3,", "Hello, my name is",
            "Once upon a time, in a land far away, there lived a king who had three daughters. The eldest"]
@@ -85,28 +86,67 @@ def test_a_prompt_that_arrives_while_others_decode_rides_in_their_steps(smollm: 
         first.set()
     with Engine(smollm, max_batch=2, ctx=512) as engine:
         runner = engine._runner
-        turns: list[list[int]] = []  # per turn, the rows of each decoding step
-        step, decode = runner.step, runner._decode
-
-        def spy_step(running: Any) -> Any:
-            turns.append([])
-            return step(running)
-
-        def spy_decode(rows: Any) -> None:
-            turns[-1].append(len(rows))
-            decode(rows)
-        runner.step, runner._decode = spy_step, spy_decode  # type: ignore[method-assign]
+        turns = spy_turns(runner)
         short = engine.submit(Request(ids_of(smollm, PROMPTS[0]), 40, ignore_eos=True), cb)  # decodes throughout
         assert first.wait(300)
         sid = engine.submit(Request(long, N), col)
         col.wait([short, sid])
         prefills = [key for key in runner.buckets if key[1] > 1]
-    # the short prompt alone took the prefill program; the long one fed 2 rows a turn
+    # the short prompt alone was fed as rows of decoding steps (no prefill program); the
+    # long one, more than the padding row feeds in FREE_TURNS turns, fed 2 rows a turn
     # beside the decoding row (3 rows a turn at a batch of 2: a step of 2 and one of 1)
-    assert prefills == [(1, 8, 1)]
+    # while that was so
+    assert len(long) - 1 > FREE_TURNS
+    assert prefills == []
+    n0 = len(ids_of(smollm, PROMPTS[0]))
+    assert turns[0] == [2] * (n0 // 2) + [1] * (n0 % 2)  # all of it in one turn
     assert col.tokens(sid) == reference[PROMPTS[3]]
-    assert max(sum(t) for t in turns) == 3 == runner.turn_rows
-    assert sum(1 for t in turns if t == [2, 1]) >= (len(long) - 1) // 2
+    assert max(sum(t) for t in turns[1:]) == 3 == runner.turn_rows
+    # two rows a turn until the rest fits the padding row's FREE_TURNS turns
+    assert sum(1 for t in turns if t == [2, 1]) >= (len(long) - 1 - FREE_TURNS) // 2 > 0
+
+
+def spy_turns(runner: Any) -> list[list[int]]:
+    """Per turn of ``runner``, the rows of each decoding step it runs."""
+    turns: list[list[int]] = []
+    step, decode = runner.step, runner._decode
+
+    def spy_step(running: Any) -> Any:
+        turns.append([])
+        return step(running)
+
+    def spy_decode(rows: Any) -> None:
+        turns[-1].append(len(rows))
+        decode(rows)
+    runner.step, runner._decode = spy_step, spy_decode
+    return turns
+
+
+def test_a_short_prompt_beside_decoders_takes_only_the_padding_rows(smollm: Any,
+                                                                   reference: dict[str, list[int]]) -> None:
+    # max_batch 3: steps of up to 3 rows. Beside two decoders a third sequence's prompt
+    # (as short as a prefix-cached one) rides one token a turn in the step's padding row
+    # instead of a second step beside it
+    col = Collector()
+
+    def decoding(sid: int) -> None:
+        with col.done:
+            assert col.done.wait_for(lambda: bool(col.tokens(sid)) if sid in col.events else False, 300)
+    with Engine(smollm, max_batch=3, ctx=512) as engine:
+        turns = spy_turns(engine._runner)
+        a = engine.submit(Request(ids_of(smollm, PROMPTS[0]), 40, ignore_eos=True), col)
+        decoding(a)
+        b = engine.submit(Request(ids_of(smollm, PROMPTS[1]), 40, ignore_eos=True), col)
+        decoding(b)
+        at = len(turns)
+        short = ids_of(smollm, PROMPTS[2])
+        assert len(short) - 1 <= FREE_TURNS
+        sid = engine.submit(Request(short, N), col)
+        col.wait([a, b, sid])
+    assert col.tokens(sid) == reference[PROMPTS[2]]
+    # one step every turn after the third request came (before: a step of 3 and one of 1)
+    assert all(len(t) <= 1 for t in turns[at:])
+    assert len(turns) - at >= len(short) + N - 1
 
 
 def test_text_and_finish_reason(smollm: Any) -> None:
