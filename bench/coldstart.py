@@ -88,6 +88,24 @@ sys.exit(rc)
 """
 
 
+def _settle(cache: Path, quiet: float = 1.5, limit: float = 300.0) -> float:
+    """Wait until the run's background compiles are done (no ``.later-`` marker, which a
+    background compile keeps until its modules are built, and no compiler output in
+    flight, for ``quiet`` seconds), so that they do not overlap the next round: each round
+    is a first run on a machine where nothing of braze is compiling. Seconds waited."""
+    t0 = time.perf_counter()
+    calm_since = t0
+    while time.perf_counter() - t0 < limit:
+        busy = any(n.startswith(".later-") or n.endswith(".so.tmp") for n in os.listdir(cache))
+        now = time.perf_counter()
+        if busy:
+            calm_since = now
+        elif now - calm_since >= quiet:
+            break
+        time.sleep(0.1)
+    return time.perf_counter() - t0
+
+
 def one_run(tree: Path, python: str, empty_runtime: bool) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="braze-cold-") as d:
         os.chmod(d, 0o700)
@@ -101,17 +119,13 @@ def one_run(tree: Path, python: str, empty_runtime: bool) -> dict[str, float]:
         if p.returncode != 0 or not line:
             raise SystemExit(f"{tree}: exit {p.returncode}\n{p.stderr[-3000:]}")
         log = json.loads(line[-1].removeprefix("COLDSTART "))
-        # let the background compiles finish before the next run starts
-        deadline = time.time() + 120
-        while any(n.startswith(".later-") for n in os.listdir(d)) and time.time() < deadline:
-            time.sleep(0.5)
-        time.sleep(1.0)
+        waited = _settle(Path(d))
         if os.environ.get("COLDSTART_VERBOSE"):
             for g in log["gcc"]:
                 print(f"  gcc at {g['t0']:.2f} s: {g['wall']:.2f} s wall, {g['cpu']:.2f} s cpu, {g['chars']} chars, "
                       f"{g['thread']}")
             print(f"  waits {[round(w, 2) for w in log['waits']]}")
-        return {"wall": wall, "compile_wait": sum(log["waits"]), "prompt_wait": log["waits"][1] if len(log["waits"]) > 1 else 0.0,
+        return {"wall": wall, "settle": waited, "compile_wait": sum(log["waits"]), "prompt_wait": log["waits"][1] if len(log["waits"]) > 1 else 0.0,
                 "gcc_cpu": log["gcc_cpu"], "n_gcc": float(len(log["gcc"])), "text": p.stdout.strip()}  # type: ignore[dict-item]
 
 
@@ -131,7 +145,8 @@ def main() -> None:
             results[t].append(res)
             print(f"round {r} {t.name}: wall {res['wall']:.2f} s, compile wait {res['compile_wait']:.2f} s "
                   f"(prompt {res['prompt_wait']:.2f}), "
-                  f"gcc cpu {res['gcc_cpu']:.2f} s ({res['n_gcc']:.0f} runs), load {os.getloadavg()[0]:.2f}",
+                  f"gcc cpu {res['gcc_cpu']:.2f} s ({res['n_gcc']:.0f} runs), background done {res['settle']:.1f} s "
+                  f"after, load {os.getloadavg()[0]:.2f}",
                   flush=True)
     texts = {t: {r["text"] for r in rs} for t, rs in results.items()}
     for t, rs in results.items():

@@ -48,8 +48,9 @@ def compile_ahead(record: Callable[[], Any]) -> bool:
     try:
         out = record()  # kept alive while planning: the real flush sees the same live results
         if stream.nodes is queue and queue:
-            modules = plan.modules_ahead(queue)
+            modules, store = plan.modules_ahead(queue)
             started = bool(modules) and units.ahead(modules)
+            store()  # beside the compiles just started
         del out
     except Exception as e:  # noqa: BLE001 - only a head start: the real step meets any error itself
         if os.environ.get("BRAZE_DEBUG", "0") not in ("", "0"):
