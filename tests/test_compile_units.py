@@ -251,7 +251,7 @@ def test_the_whole_modules_land_in_the_cache_after_a_short_process_ends(tmp_path
     first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
     deadline = time.monotonic() + 240
-    while list(cache.glob(".later-*")) and time.monotonic() < deadline:  # removed as it starts
+    while list(cache.glob(".later-*")) and time.monotonic() < deadline:  # removed once its modules are built
         time.sleep(0.2)
     second = None
     while time.monotonic() < deadline:
