@@ -7,11 +7,16 @@ falls on each alike), and reports per run:
 
 - ``compile_wait``: wall time the process spent in ``units.compile_units`` (every compile
   it waited on, libraries included): the critical path of compiling; ``prompt_wait`` the
-  prompt's part of it (the second call: the first compiles the KV caches' zeros);
+  prompt's part of it (the waits inside the prefill call);
 - ``gcc_cpu``: CPU time of the compiler runs this process made (each one's rusage),
   those compiled ahead or as libraries included; the background process that builds the
   whole modules (nice 19) is not in it;
 - ``wall``: the whole command, start to exit.
+
+After each run the bench waits until that run's background compiles (the whole modules,
+``units.later``, at nice 19: they outlive the process) are done, so that no round starts
+while an earlier one still compiles: each is a first run on a machine where nothing of
+braze is compiling, as a user's first run would be.
 
 The child patches ``subprocess.run`` inside ``braze.runtime.cpu`` to take each compiler
 run's rusage, and wraps ``units.compile_units`` in a timer; nothing else changes.
@@ -69,16 +74,30 @@ class _Shim:
 cpu.subprocess = _Shim()
 real_cu = units.compile_units
 
+log["starts"], log["prefill"] = [], []
+
 def timed_cu(*a, **kw):
     t0 = time.perf_counter()
     try:
         return real_cu(*a, **kw)
     finally:
+        log["starts"].append(t0 - t_start)
         log["waits"].append(time.perf_counter() - t0)
 
 units.compile_units = timed_cu
 import braze.plan as plan
 plan.units.compile_units = timed_cu
+from braze import generate
+real_prefill = generate.PrefillStep.__call__
+
+def timed_prefill(self, *a, **kw):
+    t0 = time.perf_counter()
+    try:
+        return real_prefill(self, *a, **kw)
+    finally:
+        log["prefill"].append((t0 - t_start, time.perf_counter() - t_start))
+
+generate.PrefillStep.__call__ = timed_prefill
 from braze.cli import main
 rc = main(["generate", sys.argv[1], "--max-tokens", "16"])
 log["gcc_cpu"] = sum(g["cpu"] for g in log["gcc"])
@@ -86,6 +105,24 @@ log["total"] = time.perf_counter() - t_start
 print("COLDSTART " + json.dumps(log), file=sys.stderr)
 sys.exit(rc)
 """
+
+
+def _settle(cache: Path, quiet: float = 1.5, limit: float = 300.0) -> float:
+    """Wait until the run's background compiles are done (no ``.later-`` marker, which a
+    background compile keeps until its modules are built, and no compiler output in
+    flight, for ``quiet`` seconds), so that they do not overlap the next round: each round
+    is a first run on a machine where nothing of braze is compiling. Seconds waited."""
+    t0 = time.perf_counter()
+    calm_since = t0
+    while time.perf_counter() - t0 < limit:
+        busy = any(n.startswith(".later-") or n.endswith(".so.tmp") for n in os.listdir(cache))
+        now = time.perf_counter()
+        if busy:
+            calm_since = now
+        elif now - calm_since >= quiet:
+            break
+        time.sleep(0.1)
+    return time.perf_counter() - t0
 
 
 def one_run(tree: Path, python: str, empty_runtime: bool) -> dict[str, float]:
@@ -101,17 +138,14 @@ def one_run(tree: Path, python: str, empty_runtime: bool) -> dict[str, float]:
         if p.returncode != 0 or not line:
             raise SystemExit(f"{tree}: exit {p.returncode}\n{p.stderr[-3000:]}")
         log = json.loads(line[-1].removeprefix("COLDSTART "))
-        # let the background compiles finish before the next run starts
-        deadline = time.time() + 120
-        while any(n.startswith(".later-") for n in os.listdir(d)) and time.time() < deadline:
-            time.sleep(0.5)
-        time.sleep(1.0)
+        waited = _settle(Path(d))
         if os.environ.get("COLDSTART_VERBOSE"):
             for g in log["gcc"]:
                 print(f"  gcc at {g['t0']:.2f} s: {g['wall']:.2f} s wall, {g['cpu']:.2f} s cpu, {g['chars']} chars, "
                       f"{g['thread']}")
             print(f"  waits {[round(w, 2) for w in log['waits']]}")
-        return {"wall": wall, "compile_wait": sum(log["waits"]), "prompt_wait": log["waits"][1] if len(log["waits"]) > 1 else 0.0,
+        in_prefill = [w for t, w in zip(log["starts"], log["waits"]) if any(a <= t <= b for a, b in log["prefill"])]
+        return {"wall": wall, "settle": waited, "compile_wait": sum(log["waits"]), "prompt_wait": sum(in_prefill),
                 "gcc_cpu": log["gcc_cpu"], "n_gcc": float(len(log["gcc"])), "text": p.stdout.strip()}  # type: ignore[dict-item]
 
 
@@ -131,7 +165,8 @@ def main() -> None:
             results[t].append(res)
             print(f"round {r} {t.name}: wall {res['wall']:.2f} s, compile wait {res['compile_wait']:.2f} s "
                   f"(prompt {res['prompt_wait']:.2f}), "
-                  f"gcc cpu {res['gcc_cpu']:.2f} s ({res['n_gcc']:.0f} runs), load {os.getloadavg()[0]:.2f}",
+                  f"gcc cpu {res['gcc_cpu']:.2f} s ({res['n_gcc']:.0f} runs), background done {res['settle']:.1f} s "
+                  f"after, load {os.getloadavg()[0]:.2f}",
                   flush=True)
     texts = {t: {r["text"] for r in rs} for t, rs in results.items()}
     for t, rs in results.items():

@@ -5,12 +5,18 @@ then, once the prompt has run and its token is known, the decoding step's. Each 
 critical path is one attention chain kernel (~1.3 and ~0.85 s of gcc), while the
 second core finishes the step's light kernels early and then waits. The decoding step's
 program does not depend on the token (it is written into a tensor) nor on the position
-(a value), so it can be recorded before the prompt runs: ``compile_ahead`` records it,
+(a value; at position 0 the form differs, so it is recorded at the prompt's length),
+so it can be recorded before the prompt runs: ``compile_ahead`` records it,
 schedules and renders it as its flush would (the schedule is stored, so the real flush
 does not schedule again), starts its compile units in the background
 (``units.ahead``), and then drops the recorded nodes without running them. The real
 step's flush finds its units compiled, or waits on the ones still compiling (the cache's
 file lock): nothing is compiled twice, and the kernels are the same ones.
+
+The prompt is compiled ahead the same way, first (``generate.py``): recording it twice
+costs a few tens of ms, and its compilers then run while the decoding step is recorded
+and scheduled (~1 s of Python) instead of after; the compiles ahead queue first come
+first served (``units.ahead``), so the step's take a core only as the prompt's finish.
 
 Dropped nodes' results are poisoned (``Storage.error``): a tensor of the recording that
 something kept raises on a read instead of reading garbage.
@@ -48,8 +54,9 @@ def compile_ahead(record: Callable[[], Any]) -> bool:
     try:
         out = record()  # kept alive while planning: the real flush sees the same live results
         if stream.nodes is queue and queue:
-            modules = plan.modules_ahead(queue)
+            modules, store = plan.modules_ahead(queue)
             started = bool(modules) and units.ahead(modules)
+            store()  # beside the compiles just started
         del out
     except Exception as e:  # noqa: BLE001 - only a head start: the real step meets any error itself
         if os.environ.get("BRAZE_DEBUG", "0") not in ("", "0"):

@@ -95,6 +95,20 @@ def empty(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
     return Tensor(Storage(d, dev, prod(shape), arr), Layout.contiguous(shape))
 
 
+def zeros_now(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """``zeros`` allocated and filled at once on the CPU, recording nothing: for buffers
+    made once and then written in place (KV caches), whose recorded fill would be the
+    first thing a cold process compiles and waits on. On another device, ``zeros``."""
+    dev = as_device(device, "zeros")
+    if dev.type != "cpu":
+        return zeros(*size, dtype=dtype, device=dev)
+    t = empty(*size, dtype=dtype, device=dev)
+    arr = t._storage.array
+    assert arr is not None  # empty allocates now
+    arr.fill(0)
+    return t
+
+
 def zeros_like(x: Tensor, *, dtype: Any = None) -> Tensor:
     return zeros(x.shape, dtype=dtype or x.dtype)
 
@@ -152,5 +166,5 @@ def from_blocks(raw: np.ndarray, dtype: DType, shape: Sequence[int], owner: Any 
                   Layout.contiguous(shape))
 
 
-__all__ = ["from_numpy", "from_dlpack", "tensor", "full", "zeros", "ones", "empty", "zeros_like",
+__all__ = ["from_numpy", "from_dlpack", "tensor", "full", "zeros", "zeros_now", "ones", "empty", "zeros_like",
            "ones_like", "full_like", "empty_like", "arange", "linspace"]

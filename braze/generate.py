@@ -19,7 +19,7 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -136,19 +136,16 @@ class DecodeStep:
     def captured(self) -> bool:
         return self.capture is not None and self.capture.ready
 
-    def compile_ahead(self) -> None:
-        """Before this session's first step: start compiling the step's kernels in the
-        background (``ahead.py``), so that a cold process compiles them while its prompt's
-        kernels compile and run, instead of after. Recorded at the caches' length, not run."""
+    def compile_ahead(self, position: int) -> None:
+        """Before this session's first step, at ``position`` (the prompt's length): start
+        compiling the step's kernels in the background (``ahead.py``), so that a cold
+        process compiles them while its prompt's kernels compile and run, instead of
+        after. Recorded at that position (not run): at position 0 the cache's written
+        slot and its read prefix start at one offset, which makes another program."""
         if self.ahead_tried or self.captured or not self.caches or not hasattr(self.caches[0], "length"):
             return
         self.ahead_tried = True
-        lengths = [c.length for c in self.caches]
-        try:
-            compile_ahead(lambda: self.model(self.ids_t, self.caches)[0, -1])
-        finally:
-            for c, n in zip(self.caches, lengths):
-                c.length = n
+        _ahead_at(self.caches, position, lambda: self.model(self.ids_t, self.caches)[0, -1])
 
     def __call__(self, token: int) -> np.ndarray:
         """The logits after ``token``. Once the step is captured the array is a view of
@@ -169,6 +166,18 @@ class DecodeStep:
             return cap.observe(self.caches[0].length, lambda: self.model(self.ids_t, self.caches)[0, -1])
         ids = self.ids_t if self.device == CPU else tensor(self.ids, device=self.device)
         return self.model(ids, self.caches)[0, -1].numpy()
+
+
+def _ahead_at(caches: list[Any], position: int, record: Callable[[], Any]) -> None:
+    """``compile_ahead(record)`` with the caches at ``position``, their lengths restored after."""
+    lengths = [c.length for c in caches]
+    for c in caches:
+        c.length = position
+    try:
+        compile_ahead(record)
+    finally:
+        for c, n in zip(caches, lengths):
+            c.length = n
 
 
 def model_device(model: Any) -> Any:
@@ -237,21 +246,40 @@ class PrefillStep:
         """The buckets whose prefill replays a capture."""
         return sorted(b for b, k in self.buckets.items() if k.capture is not None and k.capture.ready)
 
+    def _bucket(self, b: int) -> _Bucket:
+        k = self.buckets.get(b)
+        if k is None:
+            ids, at = np.zeros((1, b), np.int64), np.zeros(1, np.int64)
+            k = self.buckets[b] = _Bucket(ids, from_numpy(ids), at, from_numpy(at),
+                                          StepCapture(static=True) if self.capture else None)
+        return k
+
+    def _fill(self, k: _Bucket, prompt_ids: Sequence[int]) -> None:
+        before_replay(self.model, prompt_ids)
+        n = len(prompt_ids)
+        k.ids[0, :n] = prompt_ids
+        k.ids[0, n:] = 0
+        k.at[0] = n - 1
+
+    def compile_ahead(self, prompt_ids: Sequence[int]) -> None:
+        """Before a bucket's first prompt: start compiling its kernels in the background
+        (``ahead.py``), so that they compile while other work runs (recording and
+        scheduling the decoding step to compile it ahead too) instead of after it."""
+        b = self.bucket(len(prompt_ids))
+        if b is None or b in self.buckets:
+            return
+        k = self._bucket(b)
+        self._fill(k, prompt_ids)
+        _ahead_at(self.caches, 0, lambda: self.model(k.ids_t, self.caches, at=k.at_t)[0, -1])
+
     def __call__(self, prompt_ids: Sequence[int]) -> np.ndarray:
         n = len(prompt_ids)
         b = self.bucket(n)
         if b is None:
             prompt = tensor([list(prompt_ids)], device=model_device(self.model))
             return self.model(prompt, self.caches, last_only=True)[0, -1].numpy()
-        k = self.buckets.get(b)
-        if k is None:
-            ids, at = np.zeros((1, b), np.int64), np.zeros(1, np.int64)
-            k = self.buckets[b] = _Bucket(ids, from_numpy(ids), at, from_numpy(at),
-                                          StepCapture(static=True) if self.capture else None)
-        before_replay(self.model, prompt_ids)
-        k.ids[0, :n] = prompt_ids
-        k.ids[0, n:] = 0
-        k.at[0] = n - 1
+        k = self._bucket(b)
+        self._fill(k, prompt_ids)
         cap = k.capture
         if cap is not None and cap.ready:
             logits = cap.replay(0)
@@ -330,8 +358,9 @@ def _generate(model: Any, step: "DecodeStep", prompt_ids: Sequence[int], max_tok
     history = list(prompt_ids)
     stats.prompt_tokens = len(prompt_ids)
     t0 = time.perf_counter()
-    if max_tokens > 1:
-        step.compile_ahead()
+    if max_tokens > 1:  # the prompt's kernels compile while the step is recorded and scheduled
+        step.prefill.compile_ahead(prompt_ids)
+        step.compile_ahead(len(prompt_ids))
     logits = step.prefill(prompt_ids)
     stats.prompt_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()

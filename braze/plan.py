@@ -29,6 +29,7 @@ the pool for the whole arena.
 from __future__ import annotations
 
 import ctypes
+import functools
 import io
 import itertools
 import os
@@ -38,7 +39,7 @@ import sys
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -422,24 +423,39 @@ def _build(nodes: Sequence[Any], form: Form, live: frozenset[int], key: Any, com
     nor renders: it finds the compiled object by the source's hash and loads it. None,
     without ``compile_new``, when a module of its kernels is not compiled yet. With
     ``generic`` the kernels that can be are generic in their sizes."""
-    steps, materialized, release, offsets, arena_bytes, rendered = _scheduled(nodes, form, live, key, generic)
+    (steps, materialized, release, offsets, arena_bytes, rendered), store = _scheduled(nodes, form, live, key, generic)
     fresh = not any(all(cpu.is_cached(source, names) for source, names in mods if names)
                     for mods in (rendered[0], rendered[3]) if mods)
     if fresh and not compile_new:
+        store()
         return None
     _say_slow_steps(steps, nodes)
-    return Plan(_compile(steps, rendered), materialized, release, offsets, arena_bytes, binds(steps, offsets),
+    return Plan(_compile(steps, rendered, store), materialized, release, offsets, arena_bytes, binds(steps, offsets),
                 compiled=fresh)
 
 
 _slow_said: set[str] = set()
+#: schedules ``modules_ahead`` made or read for a flush still to come, by path: that
+#: flush takes its own instead of reading it back (a few, the most recent)
+_ahead: dict[Path, tuple[Any, ...]] = {}
+_AHEAD_KEPT = 4
 
 
-def _scheduled(nodes: Sequence[Any], form: Form, live: frozenset[int], key: Any, generic: bool) -> tuple[Any, ...]:
+def _nothing() -> None:
+    pass
+
+
+def _scheduled(nodes: Sequence[Any], form: Form, live: frozenset[int], key: Any, generic: bool,
+               keep: bool = False) -> tuple[tuple[Any, ...], Callable[[], None]]:
     """The stored schedule of a stream (steps, materialized, release, offsets, arena
-    bytes, rendered C), scheduled, rendered and stored now if it was not."""
+    bytes, rendered C), scheduled and rendered now if it was not, and what stores it
+    (writing it costs a third of scheduling it: the caller runs that beside the compiles
+    it starts). ``keep``: also kept here for the flush that will want it."""
     path = _plan_path((key, generic))
-    stored = plan_store.load(path) if path is not None else None
+    stored = _ahead.pop(path, None) if path is not None else None
+    if stored is None and path is not None:
+        stored = plan_store.load(path)
+    store = _nothing
     if not (isinstance(stored, tuple) and len(stored) == 6):
         sched = schedule(nodes, form.key_of, set(live))
         release, intervals = lifetimes(sched.steps, nodes, form.key_of, live)
@@ -447,31 +463,38 @@ def _scheduled(nodes: Sequence[Any], form: Form, live: frozenset[int], key: Any,
                                                  for k in intervals})
         stored = (sched.steps, sched.materialized, release, offsets, arena_bytes, _render(sched.steps, generic))
         if path is not None:
-            plan_store.save(path, stored)
-    return stored
+            store = functools.partial(plan_store.save, path, stored)
+    if keep and path is not None:
+        _ahead[path] = stored
+        while len(_ahead) > _AHEAD_KEPT:
+            del _ahead[next(iter(_ahead))]
+    return stored, store
 
 
-def modules_ahead(nodes: "deque[Any]") -> Modules:
+def modules_ahead(nodes: "deque[Any]") -> tuple[Modules, Callable[[], None]]:
     """The C modules a flush of ``nodes`` (a queue being recorded) would compile first
-    (its units, where it has them), scheduled, rendered and stored now as that flush
-    would, without running or planning anything: ``ahead.py`` compiles them while other
-    work runs. Empty when the flush would find a plan, or run on the reference."""
+    (its units, where it has them), scheduled and rendered now as that flush would,
+    without running or planning anything: ``ahead.py`` compiles them while other work
+    runs. Empty when the flush would find a plan, or run on the reference. Then what
+    stores the schedule (to be called once the compiles have started); the flush finds
+    it kept in memory meanwhile."""
     form = getattr(nodes, "form", None)
     if not isinstance(form, Form) or not cpu.compiler_available():
-        return []
+        return [], _nothing
     entries = form.complete(nodes)
     live = form.live()
     at = form.cursor()
     if at is not None and at.plans is not None and live in at.plans:
-        return []
+        return [], _nothing
     unfused, _, ops = _refusal(entries)
     if unfused:
-        return []
+        return [], _nothing
     try:
-        rendered = _scheduled(list(nodes), form, live, (tuple(entries), live), _shapes.get(ops, 0) > 0)[5]
+        stored, store = _scheduled(list(nodes), form, live, (tuple(entries), live), _shapes.get(ops, 0) > 0, keep=True)
     except CompileError:
-        return []
-    return list(rendered[3] or rendered[0])
+        return [], _nothing
+    rendered = stored[5]
+    return list(rendered[3] or rendered[0]), store
 
 
 def _say_slow_steps(steps: Sequence[Any], nodes: Sequence[Any]) -> None:
@@ -543,15 +566,17 @@ def _modules(parts: list[list[list[str]]], step_bodies: list[tuple[int, str]]) -
     return modules, [where[sb] for sb in step_bodies]
 
 
-def _compile(sched_steps: Sequence[Any], rendered: Rendered) -> list[CompiledKernel | ExternStep]:
+def _compile(sched_steps: Sequence[Any], rendered: Rendered,
+             meanwhile: Callable[[], None] = _nothing) -> list[CompiledKernel | ExternStep]:
     """The plan's steps with their kernels' functions: from its modules where they are
-    compiled, else from its units (compiled now, in parallel), while the modules compile
-    in the background and are swapped in when ready (``units.later``)."""
+    compiled, else from its units (compiled now, in parallel, ``meanwhile`` run beside
+    them), while the modules compile in the background and are swapped in when ready
+    (``units.later``)."""
     modules, step_names, step_sizes, unit_modules, unit_names = rendered
     tiered = bool(unit_modules) and not all(cpu.is_cached(src, names) for src, names in modules if names)
     use, use_names = (unit_modules, unit_names) if tiered else (modules, step_names)
     fns: list[dict[str, Any]] = []
-    for (source, names), lib in zip(use, units.compile_units(use)):
+    for (source, names), lib in zip(use, units.compile_units(use, meanwhile)):
         fns.append({n: lib.function(n, [ctypes.c_void_p, ctypes.c_int64]) for n in names} if lib else {})
     named = iter(zip(use_names, step_sizes))
     out: list[CompiledKernel | ExternStep] = []
@@ -810,6 +835,7 @@ def clear() -> None:
     _variants.clear()
     _shapes.clear()
     _homes.clear()
+    _ahead.clear()
 
 
 set_fused_executor(sys.modules[__name__])  # the stream flushes through this module

@@ -98,6 +98,26 @@ def test_a_unit_that_does_not_compile_raises_after_the_others(monkeypatch: Any) 
     assert cpu.is_cached(*modules[0])
 
 
+def test_meanwhile_runs_once_beside_the_compilers(monkeypatch: Any) -> None:
+    """``meanwhile`` (storing a new plan) runs once, while the units compile (a compiler
+    has started by then), and once when there is nothing to compile."""
+    monkeypatch.setenv("BRAZE_COMPILE_JOBS", "1")  # one job: still beside the compiler
+    started = threading.Event()
+    real = cpu.build
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        started.set()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cpu, "build", spy)
+    seen: list[bool] = []
+    modules = [(_kernel("g", 3.0), ["g"])]
+    (lib,) = units.compile_units(modules, lambda: seen.append(started.wait(60)))
+    assert seen == [True] and lib is not None and cpu.is_cached(*modules[0])
+    units.compile_units(modules, lambda: seen.append(False))
+    assert seen == [True, False]
+
+
 # -- plans ---------------------------------------------------------------------------------
 
 def _randn(*shape: int, seed: int = 0) -> braze.Tensor:
@@ -255,7 +275,7 @@ def test_the_whole_modules_land_in_the_cache_after_a_short_process_ends(tmp_path
     first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
     deadline = time.monotonic() + 240
-    while list(cache.glob(".later-*")) and time.monotonic() < deadline:  # removed as it starts
+    while list(cache.glob(".later-*")) and time.monotonic() < deadline:  # removed once its modules are built
         time.sleep(0.2)
     second = None
     while time.monotonic() < deadline:

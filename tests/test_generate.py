@@ -151,3 +151,41 @@ def test_decoding_replays_one_fused_plan(smollm: Any, monkeypatch: Any, capfd: A
     assert "running it on the reference executor" not in capfd.readouterr().err
     monkeypatch.setenv("BRAZE_FUSION", "0")
     assert list(generate_ids(smollm.model, ids, 12)) == fused
+
+
+def test_a_cold_generate_plans_each_program_once_and_compiles_both_ahead(smollm: Any, monkeypatch: Any,
+                                                                       tmp_path: Any) -> None:
+    """A first generate in a process with an empty cache: the prompt's kernels and then
+    the decoding step's start compiling ahead (the prompt first, so they compile while
+    the step is recorded and planned), and neither program is scheduled twice (the step
+    is recorded ahead at the position its first real flush has); nothing else is
+    planned (the caches are zero-filled without a kernel). Greedy ids equal the
+    unfused run's."""
+    from braze import plan
+    from braze.generate import clear_sessions
+    from braze.runtime import units
+    monkeypatch.setenv("BRAZE_FUSION", "1")
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(units, "later", lambda modules, targets: None)  # the units stay
+    clear_sessions(smollm.model)
+    plan.clear()
+    scheduled: list[int] = []
+    real_schedule = plan.schedule
+
+    def spy(nodes: Any, *a: Any, **k: Any) -> Any:
+        scheduled.append(len(nodes))
+        return real_schedule(nodes, *a, **k)
+
+    monkeypatch.setattr(plan, "schedule", spy)
+    started: list[int] = []
+    real_ahead = units.ahead
+    monkeypatch.setattr(units, "ahead", lambda modules: started.append(len(modules)) or real_ahead(modules))
+    ids = smollm.tokenizer.encode("The capital of France is")
+    try:
+        fused = list(generate_ids(smollm.model, ids, 4))
+    finally:
+        clear_sessions(smollm.model)  # its plans' kernels came from this test's cache
+    assert len(scheduled) == 2, scheduled
+    assert len(started) == 2 and all(started), started
+    monkeypatch.setenv("BRAZE_FUSION", "0")
+    assert list(generate_ids(smollm.model, ids, 4)) == fused

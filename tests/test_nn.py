@@ -675,6 +675,21 @@ def test_causal_mask() -> None:
 # KV cache and Attention
 # =========================================================================================
 
+def test_kv_cache_is_zero_filled_at_allocation_without_recording() -> None:
+    """The cache's zeros are written when it is made, not recorded (a recorded fill was
+    a cold process's first compile), also over a pooled block that held other values."""
+    from braze.device import CPU
+    from braze.stream import stream_of
+    big = braze.full((2, 3, 4096, 16), 7.0).realize()  # a pooled block, left dirty
+    del big
+    stream_of(CPU).flush()
+    cache = nn.KVCache(2, 3, 4096, 16)
+    assert not stream_of(CPU).nodes
+    assert cache.k._storage.array is not None and cache.v._storage.array is not None
+    assert not cache.k.numpy().any() and not cache.v.numpy().any()
+    assert cache.k.dtype is braze.float32 and cache.k.shape == (2, 3, 4096, 16)
+
+
 def test_kv_cache_append_in_place() -> None:
     rng = _rng(20)
     cache = nn.KVCache(2, 3, 10, 4)

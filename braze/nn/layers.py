@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..dtypes import DType
-from ..creation import arange, from_numpy, zeros
+from ..creation import arange, from_numpy, zeros, zeros_now
 from ..functions import cat, qembedding, stack
 from ..tensor import Tensor
 from . import functional as F
@@ -220,8 +220,8 @@ class KVCache:
 
     def __init__(self, batch: int, kv_heads: int, max_len: int, head_dim: int, dtype: DType = dt.float32,
                  device: Any = None) -> None:
-        self.k = zeros(batch, kv_heads, max_len, head_dim, dtype=dtype, device=device)
-        self.v = zeros(batch, kv_heads, max_len, head_dim, dtype=dtype, device=device)
+        self.k = zeros_now(batch, kv_heads, max_len, head_dim, dtype=dtype, device=device)
+        self.v = zeros_now(batch, kv_heads, max_len, head_dim, dtype=dtype, device=device)
         self.max_len = max_len
         self.length = 0
 

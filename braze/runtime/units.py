@@ -60,7 +60,7 @@ import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from . import cpu, libraries
 from .threads import _allowed_cpus
@@ -106,21 +106,27 @@ def partition(bodies: Sequence[str], n_jobs: int | None = None) -> list[list[int
     return [[i] for i in heavy] + [sorted(g) for g in groups if g]
 
 
-def compile_units(modules: Sequence[tuple[str, Sequence[str]]]) -> list[cpu.CompiledLibrary | None]:
+def compile_units(modules: Sequence[tuple[str, Sequence[str]]],
+                  meanwhile: Callable[[], None] | None = None) -> list[cpu.CompiledLibrary | None]:
     """Each ``(source, kernel names)`` compiled (or loaded from the cache), None for a
     module without kernels. The ones not cached compile concurrently, the biggest
     first, with any machine-wide library they link against that is missing
     (``libraries.py``), which is loaded before them; a unit that fails raises its
-    ``CompileError`` once the others are done."""
+    ``CompileError`` once the others are done. ``meanwhile`` runs here once the
+    compilers have started (work the caller would otherwise do before or after them:
+    storing the plan), so it costs no wall time of its own beside a compile."""
     out: list[cpu.CompiledLibrary | None] = [None] * len(modules)
     todo = [i for i, (src, names) in enumerate(modules) if names]
     qtypes, builds = _builds(modules)
-    n_jobs = min(jobs(), len(builds))
-    if n_jobs > 1:
-        with ThreadPoolExecutor(max_workers=n_jobs, thread_name_prefix="braze-cc") as pool:
+    if builds and (meanwhile is not None or jobs() > 1):
+        with ThreadPoolExecutor(max_workers=min(jobs(), len(builds)), thread_name_prefix="braze-cc") as pool:
             futures = [pool.submit(cpu.build, src, names, directory=d) for src, names, d in builds]
+            if meanwhile is not None:
+                meanwhile()
         for fut in futures:
             fut.result()  # re-raises a unit's CompileError
+    elif meanwhile is not None:
+        meanwhile()
     libraries.load(qtypes)
     for i in todo:
         out[i] = cpu.compile_c(*modules[i])
@@ -149,11 +155,20 @@ def ahead(modules: Sequence[tuple[str, Sequence[str]]]) -> bool:
     _, builds = _builds(modules)
     if not builds:
         return False
-    pool = ThreadPoolExecutor(max_workers=min(jobs(), len(builds)), thread_name_prefix="braze-cc-ahead")
+    global _ahead_pool
+    with _pending_lock:
+        if _ahead_pool is None:
+            _ahead_pool = ThreadPoolExecutor(max_workers=jobs(), thread_name_prefix="braze-cc-ahead")
+        pool = _ahead_pool
     for src, names, d in builds:
         pool.submit(cpu.build, src, names, directory=d)
-    pool.shutdown(wait=False)
     return True
+
+
+#: one queue for every compile ahead, first come first served: a flush wanted sooner
+#: (the prompt's) is asked for first, and its units do not share the cores with those
+#: of a flush wanted later (the decoding step's) until a compiler of its is done
+_ahead_pool: ThreadPoolExecutor | None = None
 
 
 _pending: list[threading.Thread] = []
@@ -243,16 +258,17 @@ def _idle_class() -> None:
 
 def _main(path: str) -> None:
     """The background compile ``later`` starts: the modules listed in ``path`` (JSON
-    ``[[source, names], ...]``, removed here), compiled into the cache at nice 19 in
-    the idle scheduling class."""
+    ``[[source, names], ...]``, removed here once they are built: while it is there, a
+    compile is running in the cache, which is what ``bench/coldstart.py`` waits on),
+    compiled into the cache at nice 19 in the idle scheduling class."""
     _idle_class()
     try:
         with open(path) as f:
             todo = json.load(f)
+        for src, names in todo:  # built, not loaded: their libraries need not be loaded here
+            cpu.build(src, names, background=True)
     finally:
         os.unlink(path)
-    for src, names in todo:  # built, not loaded: their libraries need not be loaded here
-        cpu.build(src, names, background=True)
 
 
 def wait(timeout: float | None = None) -> bool:
