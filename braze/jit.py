@@ -147,7 +147,7 @@ class _Recording:
         #: in node order, each request that is larger than every one before it: memory.check
         #: fails at the first that does not fit, as the nodes' own checks would
         self.budget = budget
-        self.form_copy: Any = None  # plan.FormCopy once the form of these nodes from an empty stream is known
+        self.form_copy: Any = None  # plan_trie.FormCopy once the form of these nodes from an empty stream is known
 
     def replay(self, call: _Call, stream: Stream) -> Any:
         if memory.limited():

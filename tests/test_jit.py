@@ -296,7 +296,7 @@ def test_a_form_copy_from_a_cleared_trie_is_taken_again() -> None:
     plan.clear()
     for _ in range(3):
         np.testing.assert_allclose(jitted(x).numpy(), np.exp(2.0), rtol=1e-6)
-    assert rec.form_copy is not None and rec.form_copy.root is plan._root
+    assert rec.form_copy is not None and rec.form_copy.root is plan.plan_trie.root
 
 
 def test_unhashable_arguments_and_other_results_run_without_replay(capfd: Any) -> None:
