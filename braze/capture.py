@@ -5,7 +5,7 @@ stored plan takes a fraction of that. ``StepCapture`` watches a step function ru
 normally at three consecutive positions (each run records, flushes and replays its
 fused plans as usual), then replays the plans of the first run directly, with no
 recording and no per-op Python: what differs from one position to the next is found
-by comparing the three runs, and must be affine in the position:
+by comparing the three runs (``step_diff.py``), and must be affine in the position:
 
 - offsets into tensors that exist before the flush (the rotary table's row, the KV
   cache's write position): each run's operand layouts are compared; a kernel gets its
@@ -24,13 +24,16 @@ length bucket) has no position: two runs at the same cache position must agree i
 every offset and value, and what differs between its calls lives in tensors the
 caller writes in place (the token ids, the row whose logits it wants).
 
-A replay is one call into compiled code (``braze_replay``, below): it writes the
-moving pointers and scalars, then calls every kernel of the step in order, over
-argument arrays built once and the plans' arenas held by the capture; so a step whose
-plans have an extern step (numpy between kernels) is not captured. The replay returns
-the step's output array as a view of the same buffer every time (as a CUDA graph's
-static outputs): read it before the next replay. The garbage collector is paused
-during a replay, and nothing is allocated.
+How a replay moves those values is the device's (``Replayer``). On the CPU it is one
+call into compiled code (``runtime/cpu_replay.py``): it writes the moving pointers and
+scalars, then calls every kernel of the step in order, over argument arrays built once
+and the plans' arenas held by the capture; so a step whose plans have an extern step
+(numpy between kernels) is not captured. On cuda (``runtime/cuda_replay.py``) they are
+written into one device buffer the kernels read, so every step launches the same
+kernels over the same arguments: one CUDA graph on a GPU. The replay returns the
+step's output array as a view of the same buffer every time (as a CUDA graph's static
+outputs; on a GPU, a copy on the host): read it before the next replay. The garbage
+collector is paused during a replay, and nothing is allocated.
 """
 
 from __future__ import annotations
