@@ -46,29 +46,32 @@ class Replay:
     ``what`` what each slot holds ("<op> input|output <j>", or "scalar <dtype>")."""
 
     def __init__(self, segments: list[Segment]) -> None:
-        plans: list[tuple[Segment, list[tuple[Launch, list[tuple[Any, int, Any]]]]]] = []
-        for seg in segments:
-            _bind_arena(seg)
-            launches = [st for st in seg.plan.steps if 0 not in st.grid]
-            for st in seg.plan.steps:
-                if 0 in st.grid:  # (an empty kernel: its outputs exist all the same)
-                    operands(st, seg.nodes, seg.storages)
-            plans.append((seg, [(st, operands(st, seg.nodes, seg.storages)) for st in launches]))
+        #: per segment, per launch: the launch, its operands, and the moving ones' indices
+        plans: list[tuple[Segment, list[tuple[Launch, list[tuple[Any, int, Any]], tuple[int, ...]]]]] = []
         self.what: list[str] = []
         base: list[int] = []
         delta: list[int] = []
-        for seg, launches in plans:
-            for st, ops in launches:
-                for storage, _, ref in ops:
-                    m = None if ref is None else seg.move(*ref)
-                    if m is not None:
-                        side = "output" if m.outputs else "input"
-                        self.what.append(f"{seg.nodes[m.node].op.name} {side} {m.operand}")
-                        base.append(elements(storage, m.offset))
-                        delta.append(elements(storage, m.delta))
+        for seg in segments:
+            _bind_arena(seg)
+            for st in seg.plan.steps:
+                if 0 in st.grid:  # (an empty kernel: its outputs exist all the same)
+                    operands(st, seg.nodes, seg.storages)
+            launches = []
+            for st in seg.plan.steps:
+                if 0 in st.grid:
+                    continue
+                ops = operands(st, seg.nodes, seg.storages)
+                moves = [(j, storage, m) for j, (storage, _, ref) in enumerate(ops)
+                         if ref is not None and (m := seg.move(*ref)) is not None]
+                for _, storage, m in moves:
+                    self.what.append(f"{seg.nodes[m.node].op.name} {'output' if m.outputs else 'input'} {m.operand}")
+                    base.append(elements(storage, m.offset))
+                    delta.append(elements(storage, m.delta))
+                launches.append((st, ops, tuple(j for j, _, _ in moves)))
+            plans.append((seg, launches))
         self.offsets = len(base)
         self.base, self.delta = np.array(base, np.int64), np.array(delta, np.int64)
-        self.values = [v for seg, _ in plans for v in seg.values]
+        self.values = [v for seg in segments for v in seg.values]
         for v in self.values:
             if v.array.size != 1 or v.array.itemsize > 8:
                 raise ValueError("a moving scalar must be one number of at most 8 bytes")
@@ -77,43 +80,37 @@ class Replay:
         self.buffer = cuda_memory.allocate(np.uint8, 8 * n, "capture")
         self.slots = cuda_memory.view(self.buffer, 0, np.int64, n)
         self.host = np.zeros(n, np.int64)
-        private = self._scalars_in_buffer(plans)
+        private = self._scalars_in_buffer(segments)
         self.calls: list[tuple[Launch, list[Any]]] = []
         #: per segment with bounds checks: its error slots, checked launches and nodes
         self.checks: list[tuple[Any, list[Launch], list[Any]]] = []
         at = 0
         for seg, launches in plans:
-            checked = [st for st, _ in launches if st.checks]
+            checked = [st for st, _, _ in launches if st.checks]
             err = cuda_memory.allocate(np.int64, 3 * sum(len(st.checks) for st in checked), "checks") if checked else None
             if err is not None:
                 self.checks.append((err, checked, seg.nodes))
             c = 0
-            for st, ops in launches:
-                movers = tuple(j for j, (_, _, ref) in enumerate(ops) if ref is not None and seg.move(*ref) is not None)
+            for st, ops, movers in launches:
                 args = [arg(private.get(id(storage), storage), 0 if j in movers else off)
                         for j, (storage, off, _) in enumerate(ops)]
                 if st.checks:
                     args.append(array_arg(err, "int64", 3 * c))
                     c += len(st.checks)
                 if movers:
-                    assert st.rendered is not None
-                    try:
-                        fn = compile_kernel(moving(st.rendered, movers))
-                    except NotRendered as e:
-                        raise ValueError(f"a kernel of the step cannot read moving offsets ({e.what})") from None
-                    st = replace(st, fn=fn, compiled={})
+                    st = replace(st, fn=_moving_kernel(st, movers), compiled={})
                     args.append(array_arg(self.slots, "int64", at))
                     at += len(movers)
                 self.calls.append((st, args))
         self.key = addresses(self.calls)
         self.graphs = Graphs()
 
-    def _scalars_in_buffer(self, plans: list[tuple[Segment, Any]]) -> dict[int, Storage]:
+    def _scalars_in_buffer(self, segments: list[Segment]) -> dict[int, Storage]:
         """Each moving scalar's storage becomes its slot of the buffer (after the offsets'
         slots), on the device its kernels run on: by the id of the storage it replaces
         (the observed one, read by extern kernels, and its private copy)."""
         slot, private = self.offsets, {}
-        for seg, _ in plans:
+        for seg in segments:
             device = next(st.device for st in seg.storages if st.device.type == "cuda")
             for v in seg.values:
                 dtype = v.observed.dtype
@@ -144,6 +141,15 @@ class Replay:
             slots = cuda_memory.download(err)
             if slots[0::3].any():
                 raise index_error(checked, slots, nodes)
+
+
+def _moving_kernel(st: Launch, movers: tuple[int, ...]) -> Any:
+    """``st``'s kernel adding the moving buffer's slots to its arguments ``movers``."""
+    assert st.rendered is not None
+    try:
+        return compile_kernel(moving(st.rendered, movers))
+    except NotRendered as e:
+        raise ValueError(f"a kernel of the step cannot read moving offsets ({e.what})") from None
 
 
 def _bind_arena(seg: Segment) -> None:
