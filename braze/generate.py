@@ -27,6 +27,7 @@ from .ahead import compile_ahead
 from .capture import StepCapture
 from .device import CPU
 from .errors import IndexOutOfRange, InvalidArgument, ShapeMismatch
+from .runtime import cuda_memory
 from .stream import fusion_enabled, stream_of
 from .creation import from_numpy, tensor
 from .tokenizer import Tokenizer
@@ -117,16 +118,16 @@ class DecodeStep:
     the model runs. If the step cannot be captured it keeps running as recorded (and
     ``reason`` says why).
 
-    A model on another device (``model.to("cuda")``) runs each step as recorded, its
-    token copied there per step: the capture replays CPU plans only (on cuda a step's
-    flush finds its plan cached, and a GPU replays it as a CUDA graph)."""
+    A model on the cuda device (``model.to("cuda")``) keeps its token tensor there,
+    the token copied into it per step; its capture replays the step's launches with
+    the position in a device buffer (``runtime/cuda_replay.py``), on a GPU as one CUDA
+    graph."""
 
     def __init__(self, model: Any, caches: list[Any], capture: bool = True) -> None:
         self.model, self.caches = model, caches
         self.device = model_device(model)
         self.ids = np.zeros((1, 1), np.int64)
-        self.ids_t = from_numpy(self.ids)
-        capture = capture and self.device == CPU
+        self.ids_t = from_numpy(self.ids) if self.device == CPU else tensor(self.ids, device=self.device)
         # a model whose caches do not say their length has no position to capture by
         self.capture = StepCapture() if capture and caches and hasattr(caches[0], "length") else None
         self.prefill = PrefillStep(model, caches, capture)
@@ -142,7 +143,8 @@ class DecodeStep:
         process compiles them while its prompt's kernels compile and run, instead of
         after. Recorded at that position (not run): at position 0 the cache's written
         slot and its read prefix start at one offset, which makes another program."""
-        if self.ahead_tried or self.captured or not self.caches or not hasattr(self.caches[0], "length"):
+        if self.ahead_tried or self.captured or not self.caches or not hasattr(self.caches[0], "length") \
+                or self.device != CPU:  # (it compiles C kernels: a cuda recording would stay queued)
             return
         self.ahead_tried = True
         _ahead_at(self.caches, position, lambda: self.model(self.ids_t, self.caches)[0, -1])
@@ -152,6 +154,8 @@ class DecodeStep:
         one buffer that the next step overwrites (as llama.cpp's ``llama_get_logits``):
         copy it to keep it."""
         self.ids[0, 0] = token
+        if self.device != CPU:  # the same tensor every step, written outside the stream
+            cuda_memory.fill(self.ids_t._storage.data(), self.ids)
         cap = self.capture
         if cap is not None and cap.ready and fusion_enabled():  # BRAZE_FUSION=0 means no compiled code
             before_replay(self.model, [token])
@@ -164,8 +168,7 @@ class DecodeStep:
             return logits
         if cap is not None and not cap.reason:
             return cap.observe(self.caches[0].length, lambda: self.model(self.ids_t, self.caches)[0, -1])
-        ids = self.ids_t if self.device == CPU else tensor(self.ids, device=self.device)
-        return self.model(ids, self.caches)[0, -1].numpy()
+        return self.model(self.ids_t, self.caches)[0, -1].numpy()
 
 
 def _ahead_at(caches: list[Any], position: int, record: Callable[[], Any]) -> None:
@@ -193,8 +196,9 @@ def before_replay(model: Any, tokens: Sequence[int]) -> None:
     bad = next((t for t in tokens if not 0 <= t < vocab), None)
     if bad is not None:
         raise IndexOutOfRange("embedding", bad, vocab, 0)
-    if stream_of(CPU).nodes:
-        stream_of(CPU).flush()
+    for device in dict.fromkeys((CPU, model_device(model))):
+        if stream_of(device).nodes:
+            stream_of(device).flush()
 
 
 PREFILL_BUCKETS = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512)  # prompt lengths a prefill is padded to

@@ -121,21 +121,19 @@ def arg(storage: Any, offset: int = 0) -> Any:
     """A storage's buffer as a kernel argument, ``offset`` elements in (a block-quantized
     storage: its bytes, ``offset`` bytes in)."""
     data = storage.data()
-    name = "uint8" if storage.dtype.is_block else storage.dtype.name
+    if isinstance(data, np.ndarray) and storage.device.type == "cpu" and cuda_memory.on_gpu():
+        data = _mirrors.get(storage)
+        if data is None:
+            data = _mirrors[storage] = cuda_memory.upload(storage.data(), "constant")
+    return array_arg(data, "uint8" if storage.dtype.is_block else storage.dtype.name, offset)
+
+
+def array_arg(data: Any, name: str, offset: int = 0) -> Any:
+    """A cuda buffer (a host array under the interpreter) as a kernel argument of
+    element type ``name``, ``offset`` elements in."""
     if isinstance(data, np.ndarray):
-        if storage.device.type == "cpu" and cuda_memory.on_gpu():
-            data = _mirrors.get(storage)
-            if data is None:
-                data = _mirrors[storage] = cuda_memory.upload(storage.data(), "constant")
-        else:
-            return DeviceArg(data, name, offset)
+        return DeviceArg(data, name, offset)
     return Pointer(data.ptr + offset * data.itemsize, name)
-
-
-def operand_arg(o: Any) -> Any:
-    """A node operand's buffer at its view's offset (a block view's: in bytes)."""
-    d = o.storage.dtype
-    return arg(o.storage, d.nbytes(o.layout.offset) if d.is_block else o.layout.offset)
 
 
 _fns: dict[str, Any] = {}
@@ -211,6 +209,8 @@ class Launch:
     #: alignment (what Triton specialises them on): launched without Triton's per-call
     #: argument binding and cache lookup
     compiled: dict[tuple[bool, ...], Any] = field(default_factory=dict)
+    #: the kernel's source (a captured step renders it again, its moving pointers offset)
+    rendered: render.Rendered | None = None
 
     def launch(self, args: list[Any]) -> None:
         """Launch over ``args``: through Triton's launcher the first time per alignment,
@@ -288,7 +288,8 @@ def build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int], ch
                 if ck.scratch else ()
             for r in (ck.main, ck.combine):
                 if r is not None:
-                    out.append(Launch(compile_kernel(r), r.grid, r.meta, st.args, st.outputs, st.refs, scratch=scratch))
+                    out.append(Launch(compile_kernel(r), r.grid, r.meta, st.args, st.outputs, st.refs, scratch=scratch,
+                                      rendered=r))
             continue
         if isinstance(st, KernelStep):
             try:
@@ -296,7 +297,7 @@ def build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int], ch
             except render.NotRendered as e:
                 raise _refuse([nodes[i].op.name for i in st.nodes], e.what) from None
             checks = st.kernel.checks if isinstance(st.kernel, ir.Kernel) else ()
-            out.append(Launch(compile_kernel(r), r.grid, r.meta, st.args, st.outputs, st.refs, checks=checks))
+            out.append(Launch(compile_kernel(r), r.grid, r.meta, st.args, st.outputs, st.refs, checks=checks, rendered=r))
             continue
         assert isinstance(st, ExternStep)
         node = nodes[st.node]
@@ -309,23 +310,39 @@ def build(nodes: Sequence[Any], key_of: dict[int, int], live: frozenset[int], ch
             r = extern(node, "braze_x", interpreting())
         except render.NotRendered as e:
             raise _refuse([node.op.name], e.what) from None
-        out.append(Launch(compile_kernel(r), r.grid, r.meta, [], [key_of[id(node.outputs[0].storage)]], [], st.node))
+        out.append(Launch(compile_kernel(r), r.grid, r.meta, [], [key_of[id(node.outputs[0].storage)]], [], st.node,
+                          rendered=r))
     return out
 
 
-def _arguments(step: Launch, nodes: Sequence[Any], storages: Sequence[Any]) -> list[Any]:
+def operands(step: Launch, nodes: Sequence[Any], storages: Sequence[Any]) -> list[tuple[Any, int, Any]]:
+    """The buffers ``step`` is launched over, its outputs and scratch allocated: per
+    argument its storage, its offset (elements; a block-quantized storage's: bytes) and
+    the (node, operand) that offset is from (``plan.operand``'s; None: the start)."""
     for k in step.outputs:
         st = storages[k]
         if st.array is None:
             st.array = cuda_memory.allocate(st.dtype.np, st.numel, "kernel")
-    if step.node >= 0:
+    if step.node >= 0:  # an extern node's kernel: its inputs, then its outputs
         node = nodes[step.node]
-        return [operand_arg(o) for o in (*node.inputs, *node.outputs)]
+        refs = [(step.node, j) for j in range(len(node.inputs))] + [(step.node, -1 - j) for j in range(len(node.outputs))]
+        found = [(fused.operand(node, r[1]), r) for r in refs]
+        return [(o.storage, elements(o.storage, o.layout.offset), r) for o, r in found]
     for sc in step.scratch:  # the plan's own buffers: allocated once, at the same address every run
         if sc.array is None:
             sc.array = cuda_memory.allocate(sc.dtype.np, sc.numel, "kernel")
-    return [arg(storages[k], 0 if r is None else fused.operand(nodes[r[0]], r[1]).layout.offset)
-            for k, r in zip(step.args, step.refs)] + [arg(sc) for sc in step.scratch]
+    return [(storages[k], 0 if r is None else elements(storages[k], fused.operand(nodes[r[0]], r[1]).layout.offset), r)
+            for k, r in zip(step.args, step.refs)] + [(sc, 0, None) for sc in step.scratch]
+
+
+def elements(storage: Any, offset: int) -> int:
+    """An element offset as a kernel adds it to the storage's pointer (a block-quantized
+    storage's pointer is to bytes)."""
+    return storage.dtype.nbytes(offset) if storage.dtype.is_block else offset
+
+
+def _arguments(step: Launch, nodes: Sequence[Any], storages: Sequence[Any]) -> list[Any]:
+    return [arg(st, off) for st, off, _ in operands(step, nodes, storages)]
 
 
 def run(plan: Plan, nodes: Sequence[Any], storages: Sequence[Any]) -> None:
@@ -349,28 +366,50 @@ def run(plan: Plan, nodes: Sequence[Any], storages: Sequence[Any]) -> None:
         at = 0
         for st, a in zip(steps, args):
             if st.checks:
-                a.append(_slice_arg(err, 3 * at))
+                a.append(array_arg(err, "int64", 3 * at))
                 at += len(st.checks)
 
-    gpu = cuda_memory.on_gpu()
-
-    def launch(count: bool) -> None:
-        for st, a in zip(steps, args):
-            COUNTERS["kernel_launches"] += count
-            if gpu:
-                st.launch(a)
-            else:
-                st.fn[st.grid](*a, **st.meta)
-
-    with np.errstate(all="ignore"):  # the interpreter computes in numpy: IEEE results, quietly
-        if gpu:
-            plan.graphs.run(tuple(x.data_ptr() for a in args for x in a), launch, len(steps))
-        else:
-            launch(True)
+    launch_all(plan.graphs, list(zip(steps, args)))
     if err is not None:
         slots = cuda_memory.download(err)
         if slots[0::3].any():
-            _index_error(checked, slots, nodes)
+            error = index_error(checked, slots, nodes)
+            for n in nodes:  # every result of the flush is dropped (see ``index_error``)
+                if not n.op.inplace:
+                    for o in n.outputs:
+                        o.storage.array = None
+            raise error
+
+
+def launch_all(graphs: Graphs, calls: list[tuple[Launch, list[Any]]], key: tuple[int, ...] | None = None) -> None:
+    """Launch ``calls`` (each a launch and its arguments) in order: one by one, or on a
+    GPU, over buffers seen before, as one CUDA graph (``cuda_graph.py``; ``key``: the
+    calls' addresses, when the caller knows them)."""
+    gpu = cuda_memory.on_gpu()
+
+    def launch(count: bool) -> None:
+        for st, a in calls:
+            COUNTERS["kernel_launches"] += count
+            launch_one(st, a, gpu)
+
+    with np.errstate(all="ignore"):  # the interpreter computes in numpy: IEEE results, quietly
+        if gpu:
+            graphs.run(key or addresses(calls), launch, len(calls))
+        else:
+            launch(True)
+
+
+def addresses(calls: list[tuple[Launch, list[Any]]]) -> tuple[int, ...]:
+    """Every address ``calls`` are launched over (what a CUDA graph bakes in)."""
+    return tuple(x.data_ptr() for _, a in calls for x in a)
+
+
+def launch_one(st: Launch, args: list[Any], gpu: bool) -> None:
+    """One kernel launch (what a graph captures on a GPU)."""
+    if gpu:
+        st.launch(args)
+    else:
+        st.fn[st.grid](*args, **st.meta)
 
 
 def _error_slots(plan: Plan, checks: int) -> Any:
@@ -387,30 +426,20 @@ def _error_slots(plan: Plan, checks: int) -> Any:
     return plan.graphs.errors
 
 
-def _slice_arg(err: Any, at: int) -> Any:
-    if isinstance(err, np.ndarray):
-        return DeviceArg(err[at:], "int64")
-    return Pointer(err.ptr + at * 8, "int64")
-
-
 _I64 = np.iinfo(np.int64)
 
 
-def _index_error(checked: Sequence[Launch], err: np.ndarray, nodes: Sequence[Any]) -> None:
-    """A gather met an index outside its dim (and read at 0 instead): raise what the
+def index_error(checked: Sequence[Launch], err: np.ndarray, nodes: Sequence[Any]) -> IndexOutOfRange:
+    """A gather met an index outside its dim (and read at 0 instead): what the
     reference raises at the first such node, naming the value it names (the most
-    negative bad index, else the largest). Every result of the flush this plan has
-    computed is dropped, so the stream marks them all failed: stricter than the
-    reference, which keeps what came before the bad node, but never a wrong value."""
+    negative bad index, else the largest). ``run`` drops every result of the flush,
+    so the stream marks them all failed: stricter than the reference, which keeps what
+    came before the bad node, but never a wrong value."""
     checks = [c for st in checked for c in st.checks]
     bad = [(node, op, dim, int(err[3 * c + 1]) if err[3 * c + 1] < 0 else int(err[3 * c + 2]))
            for c, (node, op, dim) in enumerate(checks) if err[3 * c]]
     node, op, dim, value = min(bad)
-    for n in nodes:
-        if not n.op.inplace:
-            for o in n.outputs:
-                o.storage.array = None
-    raise IndexOutOfRange(op, value, nodes[node].inputs[0].layout.shape[dim], dim)
+    return IndexOutOfRange(op, value, nodes[node].inputs[0].layout.shape[dim], dim)
 
 
 def execute(nodes: Any) -> None:
@@ -446,6 +475,8 @@ def execute(nodes: Any) -> None:
         COUNTERS["plan_hits"] += 1
     ran = list(nodes)
     run(plan, ran, form.storages)
+    if fused.observers:  # a step capture watches (``capture.py``)
+        fused.observers[-1].append(fused.Ran(plan, ran, list(form.storages), frozenset(form.produced)))
     nodes.clear()
     for st in form.storages:
         st.producer = None
@@ -469,6 +500,8 @@ def execute_reference(nodes: Any) -> None:
     the interpreter it reads the same host memory; on a GPU the flush's cuda storages
     are copied to the host, computed there and copied back (slow, by design)."""
     from .reference import run as reference
+    if fused.observers:
+        fused.observers[-1].append(None)  # a capture cannot replay what the reference executor ran
     if isinstance(nodes, NodeQueue):
         nodes.form = None
     if not cuda_memory.on_gpu():

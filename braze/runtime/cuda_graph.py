@@ -4,9 +4,9 @@ per kernel, as PyTorch 2's CUDA graphs do.
 A graph bakes in every address its kernels read and write, so a plan's graphs are kept
 by the tuple of its launches' addresses: the first run over a set of buffers launches
 the kernels one by one (which also compiles and loads them), the second captures them
-into a graph on braze's stream and launches it, later ones replay it. A decoding step,
-whose weights, cache and pooled buffers come back at the same addresses, runs as one
-graph launch. ``BRAZE_CUDA_GRAPHS=0`` turns graphs off. On a GPU only: the interpreter
+into a graph on braze's stream and launches it, later ones replay it. A captured
+decoding step (``cuda_replay.py``), whose launches are the same at every position, runs
+as one graph launch. ``BRAZE_CUDA_GRAPHS=0`` turns graphs off. On a GPU only: the interpreter
 launches one by one.
 """
 

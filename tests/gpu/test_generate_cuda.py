@@ -13,7 +13,7 @@ import pytest
 
 import braze
 from braze.cli import main
-from braze.generate import generate_ids
+from braze.generate import decode_session, generate_ids
 from braze.models import load_llm
 from braze.runtime.cpu import compiler_available
 
@@ -23,7 +23,7 @@ from zoo_models import Spec, reference_greedy, reference_logits, write
 MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "token_embd", "output")
 SPEC = Spec("tiny_q4_1", "llama", layers=2, interleaved=True, q8=tuple(f"{m}.weight" for m in MATRICES), qtype="Q4_1", atol=1e-5)
 PROMPT = [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100]  # 12 tokens: prefill takes the GEMM
-STEPS = 4
+STEPS = 6  # the step is captured after three and replayed (``test_capture_cuda.py``)
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +42,8 @@ def test_greedy_tokens_on_cuda_are_the_references_and_the_cpus(tiny: tuple[Path,
     model.to("cuda")
     assert model.device.type == "cuda" and model.output.weight.dtype.name == "q4_1"
     assert list(generate_ids(model, PROMPT, STEPS)) == want == cpu
+    with decode_session(model, len(PROMPT) + STEPS) as step:  # the generation's session, kept
+        assert step.captured, step.capture.reason if step.capture else "no capture"
     # the logits themselves: a 5-token prompt (the matrix-vector kernel over 5 rows),
     # then one decoding step through the KV cache on the device
     caches = model.new_cache(16)
