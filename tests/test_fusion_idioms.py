@@ -7,7 +7,7 @@ reference executor and its kernels counted."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,6 +15,7 @@ import pytest
 import braze
 import braze.nn.functional as F
 from braze.runtime.cpu import compiler_available
+from fused_check import check_fused as check
 
 pytestmark = pytest.mark.skipif(not compiler_available(), reason="no C compiler")
 
@@ -22,17 +23,6 @@ pytestmark = pytest.mark.skipif(not compiler_available(), reason="no C compiler"
 @pytest.fixture(autouse=True)
 def fused(monkeypatch: Any) -> None:
     monkeypatch.setenv("BRAZE_FUSION", "1")
-
-
-def check(fn: Callable[..., braze.Tensor], arrays: list[np.ndarray], kernels: int, monkeypatch: Any,
-          rtol: float = 1e-5, atol: float = 1e-5) -> None:
-    braze.reset_stats()
-    got = fn(*[braze.from_numpy(a.copy()) for a in arrays]).numpy().copy()
-    assert braze.stats()["kernel_launches"] == kernels, braze.stats()
-    with monkeypatch.context() as m:
-        m.setenv("BRAZE_FUSION", "0")
-        want = fn(*[braze.from_numpy(a.copy()) for a in arrays]).numpy()
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("dims, correction", [(-1, 0), (-1, 1), (1, 2), ((0, 2), 1), (-1, 1.5)])

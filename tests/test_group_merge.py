@@ -15,6 +15,7 @@ import braze.nn.functional as F
 from braze.layout import Layout
 from braze.runtime.cpu import compiler_available
 from braze.schedule import reshape
+from fused_check import check_fused
 
 pytestmark = pytest.mark.skipif(not compiler_available(), reason="no C compiler")
 
@@ -26,17 +27,7 @@ def fused(monkeypatch: Any) -> None:
 
 def check(fn: Callable[..., braze.Tensor], arrays: list[np.ndarray], kernels: int, want: np.ndarray,
           monkeypatch: Any, tol: float = 1e-5) -> None:
-    """``fn`` fused takes ``kernels`` steps (kernels and extern steps) and gives what
-    the reference executor and numpy give."""
-    braze.reset_stats()
-    got = fn(*[braze.from_numpy(a.copy()) for a in arrays]).numpy().copy()
-    assert braze.stats()["kernel_launches"] == kernels, braze.stats()
-    with monkeypatch.context() as m:
-        m.setenv("BRAZE_FUSION", "0")
-        ref = fn(*[braze.from_numpy(a.copy()) for a in arrays]).numpy()
-    assert got.dtype == ref.dtype and got.shape == want.shape
-    np.testing.assert_allclose(got.astype(np.float64), ref.astype(np.float64), rtol=tol, atol=tol)
-    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
+    check_fused(fn, arrays, kernels, monkeypatch, want=want, rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("a, b, want", [
