@@ -25,6 +25,14 @@ stream):
   When the stream is empty, as it is after a sync point, the stream's relative form
   (``plan.Form``) is restored from a copy instead of numbered node by node, so the
   flush finds its plan at once.
+- **Direct replay.** Where the last replay from an empty stream was flushed with nothing
+  after it (the caller read the result at once, as most do), the next one records no
+  nodes: it runs the plan stored for them now, with storages only for what the plan
+  touches, and returns realised tensors, as a compiled PyTorch function does. A small
+  shape's call then costs its kernel and a few microseconds of Python instead of its
+  nodes rebuilt and flushed. Every ``REPROBE``-th such call records instead, so a
+  caller that starts adding work after the call gets it fused with the call's nodes
+  again.
 
 The contract is ``jax.jit``'s: the function's tensors must depend only on its
 arguments, what it captures must not be rebound between calls (a captured tensor
@@ -49,6 +57,7 @@ from typing import Any, Callable, Generic, ParamSpec, TypeVar
 
 import numpy as np
 
+from . import plan as planmod
 from .device import CPU, Device
 from .dtypes import DType
 from .layout import Layout
@@ -62,6 +71,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 MAX_SIGNATURES = 256  # per function: past this, new signatures run without replay
+REPROBE = 64  # every this many direct replays, one is recorded to learn whether later work joins it
 _UNTRACED: Any = object()  # a signature not seen yet (None: traced, not replayable)
 
 #: Keyed by value; any other object by identity.
@@ -132,7 +142,8 @@ class _Recording:
     replay getting a copy of their data as traced. Node templates keep no storage the
     function produced: a template of a big intermediate costs its shape, not its memory."""
 
-    __slots__ = ("fresh", "made", "captured", "captured_ids", "pending", "nodes", "result", "budget", "form_copy")
+    __slots__ = ("fresh", "made", "captured", "captured_ids", "pending", "nodes", "result", "budget", "form_copy",
+                 "alone", "direct_runs", "layouts", "results")
 
     def __init__(self, fresh: list[tuple[Any, Any, int]], made: list[Storage], captured: list[Storage],
                  nodes: list[tuple[Any, tuple[tuple[int, Layout], ...], tuple[tuple[int, Layout], ...], dict[str, Any]]],
@@ -148,23 +159,39 @@ class _Recording:
         #: fails at the first that does not fit, as the nodes' own checks would
         self.budget = budget
         self.form_copy: Any = None  # plan_trie.FormCopy once the form of these nodes from an empty stream is known
+        #: the last replay from an empty stream was flushed with nothing after it: run the next
+        #: one's plan at once (``_direct``)
+        self.alone = False
+        self.direct_runs = 0
+        self.layouts: list[_Layouts] | None = None  # the nodes' operand layouts, as plan.run_stored reads them
+        self.results = _result_indices(result)  # the pool indices of the tensors it returns
 
     def replay(self, call: _Call, stream: Stream) -> Any:
         if memory.limited():
             for nbytes, op in self.budget:
                 memory.check(nbytes, op)
+        copy = self.form_copy
+        fresh_form = (copy is not None and not stream.nodes and len(self.nodes) < stream.limit
+                      and [st.array is None for st in self.captured] == self.pending)
+        if fresh_form and self.alone:
+            direct = self._direct(copy, stream)
+            if direct is not None:
+                plan, used = direct
+                some = self._pool(call, [copy.order[k] for k in used])
+                planmod.run_stored(plan, self._layouts(), [some.get(i) for i in copy.order])
+                return _rebuild(self.result, some, call.tensors)
         pool = (call.storages + [Storage(d, dev, n) for d, dev, n in self.fresh]
                 + [Storage(d, dev, n, data.copy()) for d, dev, n, data in self.made] + self.captured)
         nodes = [Node(op, tuple([Operand(pool[i], lay) for i, lay in ins]),
                       tuple([Operand(pool[i], lay) for i, lay in outs]), attrs)
                  for op, ins, outs, attrs in self.nodes]
         result = _rebuild(self.result, pool, call.tensors)
-        copy = self.form_copy
         if copy is not None and not stream.nodes and len(nodes) < stream.limit:
-            if [st.array is None for st in self.captured] == self.pending:
+            if fresh_form:
                 # Nothing flushes while the nodes are appended at once: the pool's
                 # references are gone before any flush counts them (Form.live).
                 if stream.record_all(nodes, lambda form: bool(form.restore(copy, pool))):
+                    self._watch(stream, len(nodes))
                     return result
             self.form_copy = None  # stale (the trie was cleared, a capture was computed): taken anew
         start = len(call.storages) + len(self.fresh)
@@ -177,6 +204,51 @@ class _Recording:
             self.keep_form(stream, call.storages, nodes, made)
         return result
 
+    def _direct(self, copy: Any, stream: Stream) -> tuple[Any, frozenset[int]] | None:
+        """The plan to run now instead of recording (``plan.stored``), and the rel ids it
+        touches: the plan of these nodes run as their flush would have run it had
+        nothing joined them (what PyTorch's compiled functions do, and what a small
+        shape needs: its nodes cost more to rebuild than its kernel takes). Only where
+        the last replay from an empty stream was flushed alone; every ``REPROBE``-th
+        such call records instead, to see whether later work joins it now (then it
+        stays recorded, and fused with that work)."""
+        self.direct_runs += 1
+        if self.direct_runs % REPROBE == 0 or stream is not stream_of(CPU):
+            return None
+        results = self.results
+        return planmod.stored(copy, frozenset(k for k in copy.produced if copy.order[k] in results))
+
+    def _pool(self, call: _Call, wanted: list[int]) -> dict[int, Storage]:
+        """The pool's storages at the indices ``wanted`` (and the result's), made as
+        ``replay`` makes them: a direct replay makes none of the rest."""
+        n_args, n_fresh = len(call.storages), len(self.fresh)
+        pool: dict[int, Storage] = {}
+        for i in (*wanted, *self.results):
+            if i in pool:
+                continue
+            if i < n_args:
+                pool[i] = call.storages[i]
+            elif i < n_args + n_fresh:
+                pool[i] = Storage(*self.fresh[i - n_args])
+            elif i < n_args + n_fresh + len(self.made):
+                d, dev, n, data = self.made[i - n_args - n_fresh]
+                pool[i] = Storage(d, dev, n, data.copy())
+            else:
+                pool[i] = self.captured[i - n_args - n_fresh - len(self.made)]
+        return pool
+
+    def _layouts(self) -> list[_Layouts]:
+        if self.layouts is None:
+            self.layouts = [_Layouts(tuple(lay for _, lay in ins), tuple(lay for _, lay in outs))
+                            for _, ins, outs, _ in self.nodes]
+        return self.layouts
+
+    def _watch(self, stream: Stream, n: int) -> None:
+        """Learn at the flush of the queue these ``n`` nodes began whether it held only them."""
+        def flushed(count: int) -> None:
+            self.alone = count == n
+        stream.nodes.watch = flushed
+
     def keep_form(self, stream: Stream, storages: list[Storage], nodes: list[Node], made: list[Storage]) -> None:
         """Copy the stream's form of these nodes, recorded from an empty stream, once the
         plan cache knows them (the form is numbered only while it walks stored plans)."""
@@ -186,9 +258,39 @@ class _Recording:
             return
         self.form_copy = form.copy_of(storages + _fresh_storages(nodes) + made + self.captured)
         self.pending = [st.array is None for st in self.captured]
+        self._watch(stream, len(nodes))
 
 
-def _rebuild(spec: Any, pool: list[Storage], tensors: list[Tensor]) -> Any:
+class _Operand:
+    """An operand's layout alone: what a direct replay's kernels take offsets from."""
+
+    __slots__ = ("layout",)
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+
+
+class _Layouts:
+    """A node template's operand layouts, shaped as a node (``plan.operand`` reads them)."""
+
+    __slots__ = ("inputs", "outputs")
+
+    def __init__(self, inputs: tuple[Layout, ...], outputs: tuple[Layout, ...]) -> None:
+        self.inputs = tuple(_Operand(lay) for lay in inputs)
+        self.outputs = tuple(_Operand(lay) for lay in outputs)
+
+
+def _result_indices(spec: Any) -> set[int]:
+    """The pool indices of the tensors a template returns (``_Pool.spec``'s form)."""
+    kind, body = spec
+    if kind == "tensor":
+        return {body[0]}
+    if kind == "seq":
+        return set().union(*[_result_indices(x) for x in body[1]])
+    return set()
+
+
+def _rebuild(spec: Any, pool: list[Storage] | dict[int, Storage], tensors: list[Tensor]) -> Any:
     kind, body = spec
     if kind == "tensor":
         i, lay = body

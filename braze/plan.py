@@ -88,6 +88,8 @@ class Plan:
     bind: list[list[tuple[int, int]]] = field(default_factory=list)
     compiled: bool = False  # building it compiled new kernels (what BRAZE_SHAPE_VARIANTS counts)
     program: Any = None  # its ops and dtypes: the unit the cap counts and evicts
+    #: the rel ids its steps touch, where ``run_stored`` may run it (``stored``); () where it may not
+    direct: frozenset[int] | tuple[()] | None = None
 
 
 # bump when the stored schedule's shape changes (2: arena, 3: refs, 4: rendered C, 5: epilogues, 6: prologues,
@@ -560,6 +562,39 @@ def execute(nodes: "deque[Any]") -> None:
     for st in storages:
         if st.producer is not None:
             st.producer = None
+
+
+def stored(copy: plan_trie.FormCopy, live: frozenset[int]) -> tuple[Plan, frozenset[int]] | None:
+    """The plan stored for the form ``copy`` with the produced storages ``live`` (rel
+    ids) kept, and the rel ids its steps touch, where ``run_stored`` can run it:
+    ``jit``'s direct replay of a call that would have been flushed alone. None where no
+    such plan is stored, or it has an extern step or an index check (those report
+    through real nodes), or a capture is watching the flushes."""
+    last = copy.path[-1]
+    if observers or copy.root is not plan_trie.root or last is None or last.dead or last.plans is None:
+        return None
+    plan = last.plans.get(live)
+    if plan is None:
+        return None
+    if plan.direct is None:
+        if any(isinstance(s, ExternStep) or s.err is not None for s in plan.steps):
+            plan.direct = ()
+        else:
+            used = {k for s in plan.steps if isinstance(s, CompiledKernel) for k in (*s.step.args, *s.step.outputs)}
+            used.update(k for ks in plan.release for k in ks)
+            used.update(k for bs in plan.bind for k, _ in bs)
+            plan.direct = frozenset(used)
+    return (plan, plan.direct) if plan.direct != () else None
+
+
+def run_stored(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
+    """Run a plan ``stored`` gave, now, over its storages by rel id (None where its steps
+    touch none); ``nodes`` need only give the operands' layouts (``operand``)."""
+    COUNTERS["flushes"] += 1
+    COUNTERS["plan_hits"] += 1
+    if plan.program in _shapes:
+        _shapes[plan.program] = _shapes.pop(plan.program)
+    _run(plan, nodes, storages)
 
 
 def clear() -> None:

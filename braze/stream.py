@@ -37,11 +37,14 @@ class NodeQueue(deque[Node]):
     travels with the queue: a flush hands both to the executor, and a fresh queue
     starts a fresh form."""
 
-    __slots__ = ("form",)
+    __slots__ = ("form", "watch")
 
     def __init__(self) -> None:
         super().__init__()
         self.form: Tracker | None = None
+        #: told how many nodes the queue holds when it is flushed (``jit``: was a
+        #: replay flushed alone, or did later work join it?)
+        self.watch: Callable[[int], None] | None = None
 
 
 Executor = Callable[["deque[Node]"], None]
@@ -134,6 +137,8 @@ class Stream:
             return
         nodes, self.nodes = self.nodes, NodeQueue()
         COUNTERS["flushes"] += 1
+        if nodes.watch is not None:
+            nodes.watch(len(nodes))
         written = [o.storage for n in nodes if n.op.inplace for o in n.outputs]
         try:
             self.executor(nodes)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import braze
+from braze.jit import REPROBE
 from braze.nn import functional as F
 
 
@@ -51,13 +52,68 @@ def test_a_replay_records_the_same_nodes_and_runs_the_same_kernels() -> None:
         jitted(*ts, 0.25).numpy()
         st = braze.stats()
         counts.append((st["nodes_recorded"], st["kernel_launches"]))
-    # The first call traces, the second records node by node and keeps the form, the
-    # rest restore it: all the same program. (A trace that kept its intermediates alive
-    # until a garbage collection would make the first plan store them: more kernels.)
-    assert len(set(counts)) == 1, counts
-    if braze.stream.fusion_enabled():  # the later calls restored the stream's form
+    # The first call traces; the later ones replay the same program: recorded again, or,
+    # once a replay was seen flushed alone, its plan run at once with nothing recorded.
+    # (A trace that kept its intermediates alive until a garbage collection would make
+    # the first plan store them: more kernels.)
+    assert len({launches for _, launches in counts}) == 1, counts
+    assert all(nodes in (counts[0][0], 0) for nodes, _ in counts), counts
+    if braze.stream.fusion_enabled():  # the later calls restored the stream's form, or ran directly
         (rec,) = jitted.recordings.values()
         assert rec is not None and rec.form_copy is not None
+        assert counts[-1][0] == 0
+    else:
+        assert all(nodes == counts[0][0] for nodes, _ in counts), counts
+
+
+def _scaled_exp(a: braze.Tensor, s: float) -> braze.Tensor:
+    return (a * s).exp() + 1
+
+
+def test_a_replay_flushed_alone_runs_at_once_and_one_that_work_joins_stays_recorded() -> None:
+    jitted, calls = _counted(_scaled_exp)
+    rng = np.random.default_rng(5)
+    fused = braze.stream.fusion_enabled()
+
+    def step(joined: bool) -> tuple[int, int]:
+        a = rng.standard_normal((4, 33), dtype=np.float32)
+        braze.reset_stats()
+        y = jitted(braze.from_numpy(a), 0.5)
+        recorded = braze.stats()["nodes_recorded"]
+        want = np.exp(a.astype(np.float64) * 0.5) + 1
+        if joined:
+            y = y * 2  # later work: fused with the replay's nodes when they are recorded
+            want = want * 2
+        np.testing.assert_allclose(y.numpy(), want, rtol=1e-6)
+        return recorded, braze.stats()["kernel_launches"]
+
+    alone = [step(False) for _ in range(4)]
+    assert alone[-1] == ((0, 1) if fused else (3, alone[-1][1])), alone
+    # Work joins it now: the direct runs go on until a probe records it and sees that,
+    # then every call records its nodes again, and the multiply fuses with them.
+    joined = [step(True) for _ in range(REPROBE + 2)]
+    assert joined[-1] == (3, 1) if fused else joined[-1][0] == 3, joined
+    assert calls[0] == 1
+
+
+def test_a_direct_replay_writes_its_arguments_in_place_and_frees_what_it_made() -> None:
+    def bump(a: braze.Tensor, b: braze.Tensor) -> braze.Tensor:
+        a.add_(b)
+        return (a * b).sum(-1)
+
+    jitted, calls = _counted(bump)
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        x, y = rng.standard_normal((2, 3, 17), dtype=np.float32)
+        a, b = braze.from_numpy(x.copy()), braze.from_numpy(y)
+        braze.reset_stats()
+        live = braze.stats()["live_bytes"]
+        got = jitted(a, b).numpy()
+        np.testing.assert_allclose(got, ((x + y) * y).sum(-1), rtol=1e-5)
+        np.testing.assert_allclose(a.numpy(), x + y, rtol=1e-6)
+        del got
+        assert braze.stats()["live_bytes"] == live  # nothing but the (dropped) result was made
+    assert calls[0] == 1
 
 
 @pytest.mark.parametrize("change", ["shape", "scale", "negative_zero", "dtype", "strides", "aliasing", "kwarg"])
