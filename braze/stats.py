@@ -21,9 +21,9 @@ COUNTERS: dict[str, int] = dict(
     plan_hits=0,
     plan_misses=0,
     unfused_flushes=0,  # flushes the fused executor left to the reference executor (it says why on stderr, once)
-    data_reads=0,
+    data_reads=0,  # sync points that read a tensor's data into Python (numpy, item, printing, indexing)
     graph_launches=0,  # CUDA graphs replayed (a cuda plan run again over the same buffers: one launch)
-    graphs_captured=0,  # sync points that read a tensor's data into Python (numpy, item, printing, indexing)
+    graphs_captured=0,  # CUDA graphs captured (a cuda plan run a second time over the same buffers)
 )
 
 
