@@ -15,10 +15,17 @@ from pathlib import Path
 
 import pytest
 
+from braze.stream import fusion_enabled
+
+# Each benchmark sets BRAZE_FUSION around each of its variants itself: under
+# BRAZE_FUSION=0 a smoke test would repeat the fused run's exactly.
+IDENTICAL_UNFUSED = pytest.mark.skipif(not fusion_enabled(), reason="the same run as in the fused suite")
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
+@IDENTICAL_UNFUSED
 def test_fusion_benchmark_smoke(tmp_path: Path) -> None:
     env = dict(os.environ)
     env.pop("BRAZE_FUSION", None)  # the benchmark sets it around each variant itself
@@ -55,6 +62,7 @@ def test_fusion_benchmark_smoke(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@IDENTICAL_UNFUSED
 def test_attention_benchmark_smoke(tmp_path: Path) -> None:
     """``bench.attention`` on tiny shapes, in this process: every program runs in every
     variant, every result agrees with numpy, and the report has the issue's columns."""
