@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from braze.codegen import quant as qk
-from braze.codegen.c import PRELUDE, kernel_source
+from braze.codegen.c import kernel_source
+from braze.codegen.c_expr import PRELUDE
 from braze.codegen.headers import header
 from braze.quant import BLOCK_DTYPES, DTYPES, GGMLType
 from braze.runtime import cpu

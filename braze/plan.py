@@ -47,7 +47,8 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from .codegen.generic import symbolize
-from .codegen.c import kernel_source, llc_bytes, module_source
+from .codegen.c import kernel_source, module_source
+from .codegen.c_stream import llc_bytes
 from . import ir, plan_store, plan_trie
 from .arena import binds, lifetimes, place
 from .plan_trie import Form, forget, insert  # (the executor's: runtime/cuda.py stores its plans through plan.insert)
@@ -340,7 +341,7 @@ _code_id: str | None = None
 def _code_identity() -> str:
     """A hash of the code that decides a schedule and renders its C, so a stored plan
     from another braze (a new release, or a working tree being edited) is never
-    replayed; and of the cache size the renderer chose its stores by (``_streams``)."""
+    replayed; and of the cache size the renderer chose its stores by (``c_stream.streams``)."""
     global _code_id
     if _code_id is None:
         root = Path(__file__).parent

@@ -16,8 +16,10 @@ from braze.stream import fusion_enabled
 
 def test_greedy_tokens_are_identical_with_and_without_capture(smollm: Any) -> None:
     ids = smollm.tokenizer.encode("The capital of France is")
-    captured = list(generate_ids(smollm.model, ids, 20, capture=True))
-    recorded = list(generate_ids(smollm.model, ids, 20, capture=False))
+    # BRAZE_FUSION=0 never replays: a few steps cover the observed ones (the first three)
+    n = 20 if fusion_enabled() else 6
+    captured = list(generate_ids(smollm.model, ids, n, capture=True))
+    recorded = list(generate_ids(smollm.model, ids, n, capture=False))
     assert captured == recorded
 
 

@@ -335,20 +335,20 @@ def _rope(x: braze.Tensor, cos: braze.Tensor, sin: braze.Tensor) -> braze.Tensor
 @pytest.mark.parametrize("case", ["gelu", "layernorm", "rope", "transposed", "float16", "bool", "long_rows",
                                   "slice_write"])
 def test_streamed_stores_agree_with_the_reference(case: str, monkeypatch: Any, tmp_path: Any) -> None:
-    """Kernels whose operands fill the last-level cache store around it (``_streams``).
+    """Kernels whose operands fill the last-level cache store around it (``c_stream.streams``).
     With the cache size taken as 1 byte every kernel with element stores does: odd row
     lengths (a block's tail), rows longer than a block, outputs that start off a vector
     boundary (a write into a slice) and every stored dtype agree with the reference.
     (Softmax does not stream: its last pass already wrote the output's lines.)"""
-    import braze.codegen.c as c
+    import braze.codegen.c_stream as c_stream
 
-    monkeypatch.setattr(c, "_LLC", 1)
+    monkeypatch.setattr(c_stream, "_LLC", 1)
     monkeypatch.setattr(plan, "_code_id", None)  # stored plans carry C rendered for another cache size
     monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path / "cache"))
     plan.clear()
     streamed = []
-    real = c._streamed_loop
-    monkeypatch.setattr(c, "_streamed_loop", lambda *a: streamed.append(1) or real(*a))
+    real = c_stream.streamed_loop
+    monkeypatch.setattr(c_stream, "streamed_loop", lambda *a: streamed.append(1) or real(*a))
     rng = np.random.default_rng(11)
     x = rng.standard_normal((6, 37)).astype(np.float32)
     progs: dict[str, tuple[Callable[..., braze.Tensor], list[np.ndarray]]] = {
@@ -400,7 +400,7 @@ def test_float16_conversion_is_exact_under_denormals_are_zero() -> None:
     pass through one: every float16 subnormal is a normal float32."""
     import ctypes
 
-    from braze.codegen.c import PRELUDE
+    from braze.codegen.c_expr import PRELUDE
     from braze.runtime.cpu import compile_c
 
     source = PRELUDE + r"""

@@ -132,8 +132,8 @@ def test_a_generic_kernel_decides_its_streamed_stores_when_it_runs(monkeypatch: 
     bodies, so a small and a large shape share one compiled object."""
     if not fusion_enabled():
         pytest.skip("the fused executor's kernels")
-    from braze.codegen import c
-    monkeypatch.setattr(c, "_LLC", 64 * 1024)  # a 64 KiB "cache": the larger shape is past it
+    from braze.codegen import c_stream
+    monkeypatch.setattr(c_stream, "_LLC", 64 * 1024)  # a 64 KiB "cache": the larger shape is past it
     monkeypatch.setattr(plan, "_plan_path", lambda key: None)  # render now, with this cache size
     rng = np.random.default_rng(1)
     for shape in [(4, 33), (8, 40), (300, 200), (5, 6)]:

@@ -201,7 +201,8 @@ def test_every_decoding_mode_of_the_kernel(qtype: GGMLType, mode: int) -> None:
     own rounding bound of the float64 product."""
     import ctypes
 
-    from braze.codegen.c import PRELUDE, kernel_source
+    from braze.codegen.c import kernel_source
+    from braze.codegen.c_expr import PRELUDE
     from braze.codegen.headers import header
     from braze.runtime import cpu
     from braze.schedule.epilogue import plain

@@ -43,7 +43,9 @@ from .. import dtypes as dt
 from .. import ir
 from . import c as _c
 from .loops import passes
-from .c import _OMP, Renderer, converted, _reduce_init, _reduce_update, _safe, moved, repaired, repaired_when_moved
+from .c_expr import Renderer, converted
+from .c_reduce import OMP_REDUCTION as _OMP, moved, reduce_init as _reduce_init, reduce_update as _reduce_update, \
+    repaired, repaired_when_moved, safe as _safe
 
 BQ = 48  # rows per task (a multiple of the GEMM tile's 6): each packed B and V tile serves them all
 BK = 96  # row-axis tile: scores, weights and packed tiles are BQ x BK / BK x D / BK x E

@@ -16,12 +16,14 @@ from typing import Callable
 
 from .. import ir
 from . import c as _c
+from .c_expr import Renderer, vtype
+from .c_reduce import reduce_init, reduce_update
 
 BLOCK = 256
 
 #: what a walk does with each block, its scans' values in scope: the loop body and the
 #: clauses of its ``omp simd`` (a pass's reductions), given the body's renderer
-Last = Callable[[_c.Renderer], tuple[list[str], str]]
+Last = Callable[[Renderer], tuple[list[str], str]]
 
 
 def loops(k: ir.Kernel, coords: list[str], n_out: int, hoisted: dict[ir.Expr, str], stages: list[int],
@@ -31,21 +33,21 @@ def loops(k: ir.Kernel, coords: list[str], n_out: int, hoisted: dict[ir.Expr, st
     out = []
     scans = [(j, s) for j, s in enumerate(k.stages) if j in stages and isinstance(s, ir.Scan)]
     for j, s in scans:
-        out.append(f"{_c.vtype(s.dtype)} acc{j} = {_c._reduce_init(s.op, s.dtype)};")
+        out.append(f"{vtype(s.dtype)} acc{j} = {reduce_init(s.op, s.dtype)};")
     out.append(f"for (int64_t b = 0; b < {n}; b += {BLOCK}) {{")
     out.append(f"    const int64_t e = b + {BLOCK} < {n} ? b + {BLOCK} : {n};")
     done: dict[ir.Expr, str] = {}
     for j, s in scans:
-        v = _c.vtype(s.dtype)
-        r = _c.Renderer(coords, n_outer=n_out, hoisted=hoisted)
+        v = vtype(s.dtype)
+        r = Renderer(coords, n_outer=n_out, hoisted=hoisted)
         r.memo.update(done)
         x = r.expr(s.expr)
         out += [f"    {v} sb{j}[{BLOCK}];", "    #pragma omp simd", f"    for (int64_t {i} = b; {i} < e; {i}++) {{"]
         out += ["        " + t for t in r.take()] + [f"        sb{j}[{i} - b] = (({v}){x});", "    }"]
         out += [f"    for (int64_t {i} = b; {i} < e; {i}++) {{ "
-                + _c._reduce_update(s.op, f"acc{j}", f"sb{j}[{i} - b]", s.dtype) + f" sb{j}[{i} - b] = acc{j}; }}"]
+                + reduce_update(s.op, f"acc{j}", f"sb{j}[{i} - b]", s.dtype) + f" sb{j}[{i} - b] = acc{j}; }}"]
         done[ir.Acc(j, s.dtype)] = f"sb{j}[{i} - b]"
-    r = _c.Renderer(coords, n_outer=n_out, hoisted=hoisted)
+    r = Renderer(coords, n_outer=n_out, hoisted=hoisted)
     r.memo.update(done)
     body, clauses = last(r)
     out += [f"    #pragma omp simd{clauses}", f"    for (int64_t {i} = b; {i} < e; {i}++) {{"]

@@ -13,9 +13,12 @@ never a write outside the target.
 
 from __future__ import annotations
 
+from math import prod
+
 from .. import ir
 from . import c as _c
 from . import checks
+from .c_expr import Renderer
 
 
 def scatters(k: ir.Kernel) -> bool:
@@ -29,13 +32,13 @@ def prepass(k: ir.Kernel, hoisted: dict[ir.Expr, str]) -> list[str]:
         return []
     n_out = len(k.outer)
     coords = [f"o{i}" for i in range(n_out)] + [f"i{i}" for i in range(len(k.inner))]
-    r = _c.Renderer(coords, prefix="g", n_outer=n_out, hoisted=hoisted)
+    r = Renderer(coords, prefix="g", n_outer=n_out, hoisted=hoisted)
     names = [r.expr(c) for c in checks.row_checks(k, n_out)]
     # the scheduler reads a scatter's index along an outer coordinate only
     assert all(not ir.uses_inner(i, n_out) for st in k.stages if isinstance(st, ir.Store) for i, _ in st.at)
     body = _c.row_coords(k.outer, "        ") + ["        " + t for t in r.take()]
     body += [f"        (void){n};" for n in names]
-    return ([f"    for (int64_t row = 0; row < {_c.prod(k.outer)}; row++) {{"] + body + ["    }"]
+    return ([f"    for (int64_t row = 0; row < {prod(k.outer)}; row++) {{"] + body + ["    }"]
             + [f"    if (err[{2 * c}]) return;" for c in range(len(k.checks))])
 
 

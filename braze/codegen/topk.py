@@ -11,6 +11,7 @@ from __future__ import annotations
 from .. import dtypes as dt
 from .. import ir
 from . import c as _c
+from .c_expr import CTYPE, vtype
 from .quant import bind_sizes
 
 MAX_K = 16
@@ -26,7 +27,7 @@ def _better(k: ir.TopK, a: str, b: str) -> str:
 
 
 def source(k: ir.TopK, name: str, sizes: int = 0) -> str:
-    t, v = _c.CTYPE[k.dtype.name], _c.vtype(k.dtype)
+    t, v = CTYPE[k.dtype.name], vtype(k.dtype)
     load = {dt.float16: "braze_h2f", dt.bfloat16: "braze_b2f"}.get(k.dtype, f"({v})")
     store = {dt.float16: "braze_f2h", dt.bfloat16: "braze_f2b"}.get(k.dtype, f"({t})")
     rows = 1

@@ -16,7 +16,7 @@ repair terms, and a Contract (``sum_j weight_j * v[j, :]``). Here:
   running value repaired by the chain's repair term (the online softmax's
   ``l * exp(m - m')``, derived, not written in), and the contraction's accumulator is
   repaired the same way before ``tl.dot(weights, v)`` is added to it. A running max is
-  read as 0 while it is -inf (``c._safe``), as the C does;
+  read as 0 while it is -inf (``c_reduce.safe``), as the C does;
 - a score mask that is a band in the key coordinate (``triton_band.py``: causal, a
   sliding window, ``j < length``) gives the key loop's bounds per block of rows (tiles
   wholly masked are not visited when the fill is -inf and changes no fold) and the run

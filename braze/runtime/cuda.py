@@ -35,7 +35,7 @@ from .. import dtypes as dt
 from .. import ir
 from ..errors import IndexOutOfRange, Unsupported
 from ..schedule import ExternStep, KernelStep, schedule
-from ..schedule.fuse import refuse
+from ..schedule.debug import refuse
 from ..storage import Storage
 from ..stats import COUNTERS
 from ..stream import CUDA_HEAD, NodeQueue, set_cuda_executor

@@ -24,7 +24,7 @@ The ordering the recorded program promises holds because:
 - a group that writes in place is never moved up as a quantized matmul's epilogue.
 
 Otherwise the write stays what it was: a copy kernel after every open group closes
-(``Scheduler.assign``), or an extern step.
+(``own_steps.assign``), or an extern step.
 """
 
 from __future__ import annotations
