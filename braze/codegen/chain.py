@@ -54,6 +54,12 @@ NARROW = 8  # at most this many rows per task: keys are read in place (``braze_m
 #: 1 -> 2 threads: N_kv = 1024 (2.1 MFLOP) 21.7 -> 29.6 us, 4096 (8.4 MFLOP) 85 -> 69 us,
 #: 16384 426 -> 230 us; break-even near 2048 keys (4.2 MFLOP).
 PARALLEL_FLOPS = 6_000_000
+#: The same for a narrow (decoding) kernel, counted over the keys it attends (``live``,
+#: below): it runs inside a step whose neighbours (the quantized matmuls) are parallel
+#: regions, so the team is awake (spinning, ``runtime/cpu.py``) and a region costs a few
+#: us. C harness, SmolLM2's shape (3 KV heads x 3 rows, d = 64), 2 threads, back to back:
+#: 8 live keys 16 -> 13 us, 872 keys 53 -> 37 us against one thread.
+PARALLEL_FLOPS_NARROW = 150_000
 
 
 def tile_bytes(d: int, e: int) -> int:
@@ -315,13 +321,18 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
             rest = f"({rest} / {k.outer[i]})"
         return res
 
-    def task_setup(ind: str, task: str) -> list[str]:
+    def task_coords(ind: str, task: str) -> list[str]:
+        """A task's first row, its number of rows and its batch coordinates."""
         res = [f"{ind}const int64_t q0 = ({task} % {blocks}) * {BQ};",
                f"{ind}const int64_t nq = {rows_per_batch} - q0 < {BQ} ? {rows_per_batch} - q0 : {BQ};"]
         rest = f"({task} / {blocks})"
         for i in range(n_outer - nr - 1, -1, -1):
             res.append(f"{ind}const int64_t o{i} = {rest} % {k.outer[i]};")
             rest = f"({rest} / {k.outer[i]})"
+        return res
+
+    def task_setup(ind: str, task: str) -> list[str]:
+        res = task_coords(ind, task)
         res.append(f"{ind}float qt[{BQ} * {d}], st[{BQ} * {BK}], wt[{BQ} * {BK}], ot[{BQ} * {e}];")
         if not narrow or ldk is None:  # the key tile, packed here when no pre-pass packed them all
             res.append(f"{ind}float kt[{d} * {BK}];")
@@ -371,15 +382,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
             res += ["            " + t for t in r.take()]
             res += [f"            filled += {fill_when};", "        }", "        skip = filled == nk;", "    }"]
         else:
-            res += ["    int filled = 0;",
-                    "    for (int64_t ii = 0; ii < nq; ii++) {"]
-            res += row_coords("        ")
-            res += ["        #pragma omp simd reduction(+:filled)",
-                    "        for (int64_t jj = 0; jj < nk; jj++) {",
-                    "            const int64_t i0 = j0 + jj;"]
-            res += ["            " + t for t in r.take()]
-            res += [f"            filled += {fill_when};", "        }", "    }",
-                    "    fast = filled == 0;",
+            res += count_filled("    ")
+            res += ["    fast = filled == 0;",
                     "    skip = filled == nq * nk;"]
         res += ["    if (tilememo) __atomic_store_n(tilememo + mi, skip ? 1 : fast ? 2 : 3, __ATOMIC_RELAXED);",
                 "    }"]
@@ -433,6 +437,36 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                     *(f"        (void)at{x.arg}_{j};" for x in (dot.b, contract.v) for j in range(len(x.at))), "    }"]
         res += ["    if (skip) continue;"]
         return res
+
+    def live_keys() -> list[str]:
+        """``live``: the end of the last key tile that is not all a mask's fill (a
+        decoding step against a preallocated cache: its position, rounded up to a
+        tile), over the tasks (the first alone when the mask reads no batch
+        coordinate); the keys' length without a mask. The thread count and the splits
+        are chosen by it; every tile is still walked (and skipped) as before."""
+        if skip is None:
+            return [f"    const int64_t live = {n};"]
+        scan = 1 if _batch_free(skip.filled, n_outer - nr) else tasks
+        res = ["    int64_t live = 0;", f"    for (int64_t task = 0; task < {scan}; task++) {{"]
+        res += task_coords("        ", "task")
+        res += [f"        for (int64_t j0 = {(ntiles - 1) * BK}; j0 >= live; j0 -= {BK}) {{",
+                f"            const int64_t nk = {n} - j0 < {BK} ? {n} - j0 : {BK};"]
+        res += count_filled("            ")
+        res += ["            if (filled != nq * nk) { live = j0 + nk; break; }", "        }", "    }"]
+        return res
+
+    def count_filled(ind: str) -> list[str]:
+        """``filled``: how many scores of tile ``j0`` (``nk`` keys, ``nq`` rows) are the
+        mask's fill."""
+        assert skip is not None
+        r = R()
+        fill_when = r.expr(skip.filled)
+        res = [f"{ind}int filled = 0;", f"{ind}for (int64_t ii = 0; ii < nq; ii++) {{"]
+        res += row_coords(ind + "    ")
+        res += [f"{ind}    #pragma omp simd reduction(+:filled)", f"{ind}    for (int64_t jj = 0; jj < nk; jj++) {{",
+                f"{ind}        const int64_t i0 = j0 + jj;"]
+        res += [f"{ind}        " + t for t in r.take()]
+        return res + [f"{ind}        filled += {fill_when};", f"{ind}    }}", f"{ind}}}"]
 
     def scale_rows(ind: str) -> list[str]:
         """``sc[ii]``: the factor ``braze_mm_scaled_max`` multiplies row ``ii`` by."""
@@ -790,8 +824,13 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     # Choices by size are made by the C at run time, so a kernel generic in its sizes
     # (``codegen/generic.py``) has one text for every prompt length; with literal sizes
     # the compiler folds them.
-    out.append(f"    if ({2 * n_batch * rows_per_batch * n * (d + e)} < {PARALLEL_FLOPS}) nthreads = 1;"
-               "  /* too little work to pay for waking the team */")
+    if narrow:
+        out += live_keys()
+        out.append(f"    if ({2 * n_batch * rows_per_batch} * live * {d + e} < {PARALLEL_FLOPS_NARROW}) nthreads = 1;"
+                   "  /* too little work even for an awake team */")
+    else:
+        out.append(f"    if ({2 * n_batch * rows_per_batch * n * (d + e)} < {PARALLEL_FLOPS}) nthreads = 1;"
+                   "  /* too little work to pay for waking the team */")
     # Every block of rows of a batch reads the same key and value tiles: with several
     # blocks, pack them all once (transposed keys; values unless read in place), in
     # parallel, before the main loop.
@@ -819,11 +858,25 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     out.append("        }")
     out.append("    }")
     # Split-K (decoding: few rows, long rows): when there are fewer tasks than threads,
-    # each task's row axis is cut into chunks done in parallel, then combined.
-    out.append(f"    int64_t splits = {tasks} < nthreads && {n} >= {4 * BK} ? nthreads : 1;")
-    most = f"({n} / {2 * BK} > 1 ? {n} / {2 * BK} : 1)"
-    out.append(f"    if (splits > {most}) splits = {most};")
-    out.append(f"    const int64_t chunk = (({n} + splits - 1) / splits + {BK - 1}) / {BK} * {BK};")
+    # each task's row axis is cut into chunks done in parallel, then combined. A narrow
+    # kernel splits whenever the threads would not share its tasks evenly (3 KV heads
+    # on 2 threads: 2 splits each, 6 chunks), in chunks of its live keys, the last
+    # chunk running to the end (the masked tiles past the position, skipped).
+    if narrow:
+        out.append("    int64_t splits = 1;")
+        out.append(f"    if (nthreads > 1 && live >= {2 * BK}) {{")
+        out.append(f"        int64_t g = {tasks}, h = nthreads;")
+        out.append("        while (h) { const int64_t r = g % h; g = h; h = r; }")
+        out.append("        splits = nthreads / g;")
+        out.append(f"        if (splits > (live + {BK - 1}) / {BK}) splits = (live + {BK - 1}) / {BK};")
+        out.append("    }")
+        ext = "live"
+    else:
+        out.append(f"    int64_t splits = {tasks} < nthreads && {n} >= {4 * BK} ? nthreads : 1;")
+        most = f"({n} / {2 * BK} > 1 ? {n} / {2 * BK} : 1)"
+        out.append(f"    if (splits > {most}) splits = {most};")
+        ext = str(n)
+    out.append(f"    const int64_t chunk = (({ext} + splits - 1) / splits + {BK - 1}) / {BK} * {BK};")
     out.append(f"    float *parts = splits > 1 ? (float *)malloc(sizeof(float) * {tasks} * splits * {n_part}) : 0;")
     out.append("    if (splits > 1 && !parts) splits = 1;")
     out.append(f"    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && {tasks} * splits > 1)")
@@ -832,7 +885,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     out.append(f"{ind}const int64_t task = t / splits, sp = t % splits;")
     out += task_setup(ind, "task")
     out += init(ind)
-    out.append(f"{ind}const int64_t jlo = sp * chunk, jhi = jlo + chunk < {n} ? jlo + chunk : {n};")
+    out.append(f"{ind}const int64_t jlo = sp * chunk < {n} ? sp * chunk : {n};")
+    out.append(f"{ind}const int64_t jhi = sp == splits - 1 || jlo + chunk > {n} ? {n} : jlo + chunk;")
     out += sweep(reduces, True, True, ind, "jlo", "jhi")
     out.append(f"{ind}if (splits == 1) {{")
     out += finish(ind + "    ")
@@ -841,7 +895,9 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     out.append(f"{ind}}}")
     out.append("    }")
     out.append("    if (splits > 1) {")
-    out.append(f"        #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && {tasks} > 1)")
+    # (a narrow kernel's combine is a few rows: less work than a parallel region)
+    out.append(f"        #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) "
+               f"if(nthreads > 1 && {tasks} > 1 && {int(not narrow)})")
     out.append(f"        for (int64_t task = 0; task < {tasks}; task++) {{")
     ind = "            "
     out += task_setup(ind, "task")
