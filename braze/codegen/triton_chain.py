@@ -43,7 +43,7 @@ from math import prod
 
 from .. import dtypes as dt
 from .. import ir
-from .chain import _skip_rule, _the_dot
+from .chain_rules import _skip_rule, _the_dot
 from .loops import passes
 from .triton import PRELUDE, TL, NotRendered, Renderer, Rendered, literal, stored, vtype
 from .triton_band import FDIV, atoms, band_lines, fill_is_identity
