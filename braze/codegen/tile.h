@@ -113,13 +113,7 @@ static inline void braze_mm(int64_t m, int64_t n, int64_t k, const float *restri
     for (; i + 6 <= m; i += 6) braze_mm_rows(6, 2, n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, acc);
 #if BRAZE_VL == 16
     for (; i + 4 <= m; i += 4) braze_mm_rows(4, 4, n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, acc);
-    /* the last 3 or 2 rows as one block (a GQA group of 3 query heads per KV head, the
-     * decoding chain's values): each row of B is read once for all of them, and their
-     * 12 or 8 accumulators are independent chains, where a row at a time is one chain
-     * of 4 per vector of B, latency-bound */
-    if (m - i == 3) braze_mm_rows(3, 4, n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, acc);
-    else if (m - i == 2) braze_mm_rows(2, 4, n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, acc);
-    else if (m - i == 1) braze_mm_rows(1, 4, n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, acc);
+    for (; i < m; i++) braze_mm_rows(1, 4, n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, acc);
 #else
     for (; i < m; i++) braze_mm_rows(1, 8, n, k, A + i * lda, lda, B, ldb, C + i * ldc, ldc, acc);
 #endif
