@@ -7,12 +7,12 @@ for the contraction, and walks the row axis in tiles of ``BK``:
 1. pack the tile of ``B`` (the first matmul's right operand) and of ``V`` into
    contiguous scratch, and compute the scores tile ``S = A_rows @ B_tile`` with
    ``braze_mm`` (``tile.h``). Where the first level of reductions is only running
-   maxima of the scores and the scores are the Dot times a row constant (``_fused_max``),
+   maxima of the scores and the scores are the Dot times a row constant (``fused_max``),
    a tile with no mask fill (every tile when there is no mask) is computed by
    ``braze_mm_scaled_max`` instead: scaled (plus an additive mask read from memory) and
    max-folded per row while each GEMM block is in registers, so that level needs no
    loop over the tile; a tile whose scores are all a mask's fill is skipped
-   (``_skip_rule``);
+   (``skip_rule``);
 2. for each row, fold each reduction over the tile, evaluated with the *new* values of
    the reductions before it, and combine it with the repaired old partial
    (``Reduce.repair``: ``h(t, old, new)``); then the contraction's weights, and the
@@ -36,16 +36,15 @@ The epilogue writes ``post(sum)`` for each row (softmax's division by the sum).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from math import prod
 
 from .. import dtypes as dt
 from .. import ir
 from . import c as _c
+from .chain_rules import batch_free, fused_max, paged_rows, rows_in_place, score_node, skip_rule, the_dot
 from .loops import passes
 from .c_expr import Renderer, converted
-from .c_reduce import OMP_REDUCTION as _OMP, moved, reduce_init as _reduce_init, reduce_update as _reduce_update, \
-    repaired, repaired_when_moved, safe as _safe
+from .c_reduce import OMP_REDUCTION, moved, reduce_init, reduce_update, repaired, repaired_when_moved, safe
 
 BQ = 48  # rows per task (a multiple of the GEMM tile's 6): each packed B and V tile serves them all
 BK = 96  # row-axis tile: scores, weights and packed tiles are BQ x BK / BK x D / BK x E
@@ -56,178 +55,17 @@ NARROW = 8  # at most this many rows per task: keys are read in place (``braze_m
 #: 1 -> 2 threads: N_kv = 1024 (2.1 MFLOP) 21.7 -> 29.6 us, 4096 (8.4 MFLOP) 85 -> 69 us,
 #: 16384 426 -> 230 us; break-even near 2048 keys (4.2 MFLOP).
 PARALLEL_FLOPS = 6_000_000
+#: The same for a narrow (decoding) kernel, counted over the keys it attends (``live``,
+#: below): it runs inside a step whose neighbours (the quantized matmuls) are parallel
+#: regions, so the team is awake (spinning, ``runtime/cpu.py``) and a region costs a few
+#: us. C harness, SmolLM2's shape (3 KV heads x 3 rows, d = 64), 2 threads, back to back:
+#: 8 live keys 16 -> 13 us, 872 keys 53 -> 37 us against one thread.
+PARALLEL_FLOPS_NARROW = 150_000
 
 
 def tile_bytes(d: int, e: int) -> int:
     """Stack bytes of one task's tiles for head dims ``d`` (scores) and ``e`` (values)."""
     return 4 * (BQ * d + d * BK + 2 * BQ * BK + BK * e + BQ * e)
-
-
-def _the_dot(k: ir.Kernel) -> ir.Dot:
-    dots = {n for s in k.stages for e in ir.stage_exprs(s) for n in ir.walk(e) if isinstance(n, ir.Dot)}
-    assert len(dots) == 1, "a chain kernel has one first matmul"
-    return dots.pop()
-
-
-def _score_node(k: ir.Kernel, dot: ir.Dot) -> ir.Expr | None:
-    """The one expression of the scores every reduction and the weight read (the
-    largest part of them built on the Dot without the running values), if there is one."""
-    found: set[ir.Expr] = set()
-
-    def visit(e: ir.Expr) -> None:
-        nodes = list(ir.walk(e))
-        if dot not in nodes:
-            return
-        if not any(isinstance(n, ir.Acc) for n in nodes):
-            found.add(e)
-        elif isinstance(e, ir.Op):
-            for x in e.args:
-                visit(x)
-    for st in k.stages:
-        for x in ir.stage_exprs(st):
-            visit(x)
-    return found.pop() if len(found) == 1 else None
-
-
-@dataclass(frozen=True)
-class _Skip:
-    """How a tile whose every score is a mask's fill is recognised (``_skip_rule``)."""
-
-    score: ir.Expr  # the score node every fold reads
-    filled: ir.Expr  # per element, bool: this score is the fill
-    fill: ir.Expr  # the fill's value, constant along the row
-    kept: ir.Expr  # the score where it is not the fill, without an additive mask
-    #: an additive mask ``m`` (score = kept + m): the score is the fill (-inf) where m
-    #: is, but only for a finite ``dot * factor``, so a tile is skipped only when a bound
-    #: on ``|dot * factor|`` proves it is
-    bias: ir.Expr | None = None
-    factor: ir.Expr | None = None
-
-
-def _skip_rule(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> _Skip | None:
-    """A tile where every score is the fill can skip its matmuls if the fill is an
-    identity for every reduction (checked at run time, per row: a -inf fill is, for max
-    and for sums of exp). Two forms, with the mask and the fill free of the Dot:
-
-    - ``where(c, s, fill)`` or ``where(c, fill, s)``, ``fill`` constant along the row
-      (``is_causal``, a sliding window, a bool mask);
-    - ``dot * f + m`` (or ``m + dot * f``, ``f`` constant along the row): an additive
-      mask, whose -inf entries make the score -inf as long as the dot is finite.
-    """
-    x = _score_node(k, dot)
-    if not isinstance(x, ir.Op):
-        return None
-    if x.name == "where":
-        c, a, b = x.args
-        uses_dot = [dot in set(ir.walk(t)) for t in (c, a, b)]
-        if uses_dot[0] or uses_dot[1] == uses_dot[2]:
-            return None
-        fill, kept = (b, a) if uses_dot[1] else (a, b)
-        if ir.uses_inner(fill, n_outer):
-            return None
-        filled = ir.Op("eq", (c, ir.Const(False, dt.bool_)), dt.bool_) if uses_dot[1] else c
-        return _Skip(x, filled, fill, kept)
-    if x.name == "add" and x.dtype is dt.float32:
-        for t, m in (x.args, x.args[::-1]):
-            scaled = _scaled_dot(t, dot, n_outer)
-            if scaled is not None and m.dtype in ir.CHAIN_DTYPES and dot not in set(ir.walk(m)) \
-                    and not any(isinstance(a, ir.Acc) for a in ir.walk(m)):
-                f, divides = scaled
-                if f is not None and divides:
-                    f = ir.Op("reciprocal", (f,), dt.float32)
-                inf = ir.Const(float("-inf"), dt.float32)
-                return _Skip(x, ir.Op("eq", (m, inf), dt.bool_), inf, t, m, f)
-    return None
-
-
-def _scaled_dot(e: ir.Expr, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr | None, bool] | None:
-    """``(f, divides)`` when ``e`` is the Dot (``f`` None), ``dot * f``, ``f * dot`` or
-    ``dot / f`` with ``f`` a float constant along the row that reads neither the Dot
-    nor a running value: scores ``braze_mm_scaled_max`` can compute while the GEMM's
-    block is in registers (a division as the multiplication by ``1 / f`` that the
-    renderer makes of it)."""
-    if e == dot:
-        return None, False
-    if not isinstance(e, ir.Op) or e.name not in ("mul", "div") or e.dtype is not dt.float32:
-        return None
-    a, b = e.args
-    if e.name == "mul" and b == dot:
-        a, b = b, a
-    if a != dot or b.dtype not in ir.CHAIN_DTYPES or ir.uses_inner(b, n_outer) \
-            or any(isinstance(x, (ir.Dot, ir.Acc)) for x in ir.walk(b)):
-        return None
-    return b, e.name == "div"
-
-
-def _fused_max(k: ir.Kernel, dot: ir.Dot, n_outer: int) -> tuple[ir.Expr | None, bool, ir.Load | None] | None:
-    """``_scaled_dot`` of the scores where a tile has no mask fill, and the additive
-    mask (a float32 load contiguous along the row, so its tile rows are pointers), when
-    the first level of reductions is only running maxima of the scores and the weights
-    read them: then ``braze_mm_scaled_max`` gives that level's fold with the scores tile
-    and its loop over the tile is not needed (softmax's max, the weights' ``exp(s -
-    max)``). An additive mask's -inf entries need no special case: they are what the
-    max passes over and what the weights' exp makes 0."""
-    score = _score_node(k, dot)
-    first = passes(k)[0] if passes(k) else []
-    contract = next(s for s in k.stages if isinstance(s, ir.Contract))
-    if score is None or not first or not any(isinstance(a, ir.Acc) for a in ir.walk(contract.weight)):
-        return None
-    for i in first:
-        s = k.stages[i]
-        if not isinstance(s, ir.Reduce) or s.op != "amax" or s.expr != score or s.dtype is not dt.float32:
-            return None
-    skip = _skip_rule(k, dot, n_outer)
-    bias: ir.Load | None = None
-    if skip is not None:
-        score = skip.kept
-        if skip.bias is not None:
-            if not isinstance(skip.bias, ir.Load) or skip.bias.dtype is not dt.float32 or skip.bias.when \
-                    or skip.bias.index.coeffs[n_outer] != 1:
-                return None
-            bias = skip.bias
-    scaled = _scaled_dot(score, dot, n_outer)
-    return None if scaled is None else (scaled[0], scaled[1], bias)
-
-
-def _batch_free(e: ir.Expr, n_batch_dims: int) -> bool:
-    """Does ``e`` read no coordinate of the first ``n_batch_dims`` outer dims?"""
-    for x in ir.walk(e):
-        if isinstance(x, ir.Coord) and x.dim < n_batch_dims:
-            return False
-        if isinstance(x, ir.Load) and (any(x.index.uses(c) for c in range(n_batch_dims))
-                                       or any(c < n_batch_dims for c, _, _ in x.when)):
-            return False
-    return True
-
-
-def _rows_in_place(v: ir.Load, n_outer: int) -> int | None:
-    """The row stride of the contraction's right operand when it can be read where it
-    is (float32 rows contiguous along the head dim): its tiles then need no packed copy."""
-    c = v.index.coeffs
-    if v.dtype is not dt.float32 or v.when or v.at or v.index.divs or c[n_outer + 1] != 1:
-        return None  # (rows through a block table are packed: they lie in blocks, not a stride apart)
-    return c[n_outer]
-
-
-def _paged_rows(v: ir.Load, n_outer: int) -> tuple[int, int] | None:
-    """(row stride, block size) of a key or value operand read through a block table
-    whose rows are float32, contiguous along the head dim and a stride apart within a
-    block (``kp.view(blocks, bs, h, d)[table]``): a narrow task then reads each block's
-    rows where they lie, a GEMM call per block, instead of packing the tile."""
-    c = v.index.coeffs
-    if v.dtype is not dt.float32 or v.when or len(v.at) != 1 or c[n_outer + 1] != 1:
-        return None
-    divs = list(v.index.divs)
-    for n in ir.walk(v.at[0][0]):
-        if isinstance(n, ir.Coord) and n.dim == n_outer or isinstance(n, ir.Load) and n.index.coeffs[n_outer]:
-            return None
-        if isinstance(n, ir.Load):
-            divs += n.index.divs
-    row = [(add, dv) for cc, add, dv, _ in divs if cc == n_outer]
-    if not row or any(cc == n_outer + 1 for cc, _, _, _ in divs):
-        return None
-    bs = min(dv for _, dv in row)
-    return (c[n_outer], bs) if all(add == 0 and dv % bs == 0 for add, dv in row) else None
 
 
 def _row_parts(r: Renderer, e: ir.Expr, t: ir.Var) -> list[str]:
@@ -247,7 +85,7 @@ def _row_parts(r: Renderer, e: ir.Expr, t: ir.Var) -> list[str]:
 def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) -> str:
     n_outer = len(k.outer)
     n = k.inner[0]
-    dot = _the_dot(k)
+    dot = the_dot(k)
     d = dot.length
     contract = next(s for s in k.stages if isinstance(s, ir.Contract))
     e = contract.size
@@ -268,12 +106,12 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     blocks = -(-rows_per_batch // BQ)
     tasks = n_batch * blocks
     ntiles = -(-n // BK)
-    skip = _skip_rule(k, dot, n_outer)
-    score = _score_node(k, dot)
-    fused = _fused_max(k, dot, n_outer)
+    skip = skip_rule(k, dot, n_outer)
+    score = score_node(k, dot)
+    fused = fused_max(k, dot, n_outer)
     n_part = BQ * (2 * len(reduces) + e)  # a split's partial results for one block
-    ldv = _rows_in_place(contract.v, n_outer)
-    ldk = _rows_in_place(dot.b, n_outer) if d % 8 == 0 else None
+    ldv = rows_in_place(contract.v, n_outer)
+    ldk = rows_in_place(dot.b, n_outer) if d % 8 == 0 else None
     k_at = f"a{dot.b.arg} + " + Renderer([f"o{i}" for i in range(n_outer)] + ["j0", "0"]).index(dot.b.index)
     # A task of few rows (decoding) takes its scores by dot products along the key rows
     # (braze_mm_nt): transposing a tile would cost as much as the GEMM it feeds. float32
@@ -283,9 +121,9 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     k_rows, k_ld = (k_at, ldk) if ldk is not None else ("kt", d)
     v_at = f"a{contract.v.arg} + " + Renderer([f"o{i}" for i in range(n_outer)] + ["j0", "0"]).index(contract.v.index)
     # keys and values through a block table, read in place block by block (narrow tasks)
-    paged_rows = _paged_rows(dot.b, n_outer)
-    paged_k = paged_rows if narrow else None
-    paged_v = _paged_rows(contract.v, n_outer) if narrow else None
+    paged_b = paged_rows(dot.b, n_outer)
+    paged_k = paged_b if narrow else None
+    paged_v = paged_rows(contract.v, n_outer) if narrow else None
 
     names = iter(range(1 << 30))
 
@@ -317,13 +155,18 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
             rest = f"({rest} / {k.outer[i]})"
         return res
 
-    def task_setup(ind: str, task: str) -> list[str]:
+    def task_coords(ind: str, task: str) -> list[str]:
+        """A task's first row, its number of rows and its batch coordinates."""
         res = [f"{ind}const int64_t q0 = ({task} % {blocks}) * {BQ};",
                f"{ind}const int64_t nq = {rows_per_batch} - q0 < {BQ} ? {rows_per_batch} - q0 : {BQ};"]
         rest = f"({task} / {blocks})"
         for i in range(n_outer - nr - 1, -1, -1):
             res.append(f"{ind}const int64_t o{i} = {rest} % {k.outer[i]};")
             rest = f"({rest} / {k.outer[i]})"
+        return res
+
+    def task_setup(ind: str, task: str) -> list[str]:
+        res = task_coords(ind, task)
         res.append(f"{ind}float qt[{BQ} * {d}], st[{BQ} * {BK}], wt[{BQ} * {BK}], ot[{BQ} * {e}];")
         if not narrow or ldk is None:  # the key tile, packed here when no pre-pass packed them all
             res.append(f"{ind}float kt[{d} * {BK}];")
@@ -373,15 +216,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
             res += ["            " + t for t in r.take()]
             res += [f"            filled += {fill_when};", "        }", "        skip = filled == nk;", "    }"]
         else:
-            res += ["    int filled = 0;",
-                    "    for (int64_t ii = 0; ii < nq; ii++) {"]
-            res += row_coords("        ")
-            res += ["        #pragma omp simd reduction(+:filled)",
-                    "        for (int64_t jj = 0; jj < nk; jj++) {",
-                    "            const int64_t i0 = j0 + jj;"]
-            res += ["            " + t for t in r.take()]
-            res += [f"            filled += {fill_when};", "        }", "    }",
-                    "    fast = filled == 0;",
+            res += count_filled("    ")
+            res += ["    fast = filled == 0;",
                     "    skip = filled == nq * nk;"]
         res += ["    if (tilememo) __atomic_store_n(tilememo + mi, skip ? 1 : fast ? 2 : 3, __ATOMIC_RELAXED);",
                 "    }"]
@@ -414,7 +250,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         res += row_coords("        ")
         res.append("        const int64_t i0 = j0; (void)i0;")
         for p in producers:
-            res.append(f"        const float os{p} = {_safe(k.stages[p].op, f'acc{p}[ii]')};")  # type: ignore[union-attr]
+            res.append(f"        const float os{p} = {safe(k.stages[p].op, f'acc{p}[ii]')};")  # type: ignore[union-attr]
         rr = R("os{}")
         rr.memo[skip.score] = rr.expr(skip.fill)
         checks = []
@@ -422,7 +258,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
             s = k.stages[i]
             assert isinstance(s, ir.Reduce)
             v = rr.expr(s.expr)
-            checks.append(f"{v} != {_reduce_init(s.op, s.dtype)}")
+            checks.append(f"{v} != {reduce_init(s.op, s.dtype)}")
         checks.append(f"{rr.expr(contract.weight)} != 0.0f")
         res += ["        " + t for t in rr.take()]
         res.append(f"        if ({' || '.join(checks)}) skip = 0;")
@@ -435,6 +271,36 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                     *(f"        (void)at{x.arg}_{j};" for x in (dot.b, contract.v) for j in range(len(x.at))), "    }"]
         res += ["    if (skip) continue;"]
         return res
+
+    def live_keys() -> list[str]:
+        """``live``: the end of the last key tile that is not all a mask's fill (a
+        decoding step against a preallocated cache: its position, rounded up to a
+        tile), over the tasks (the first alone when the mask reads no batch
+        coordinate); the keys' length without a mask. The thread count and the splits
+        are chosen by it; every tile is still walked (and skipped) as before."""
+        if skip is None:
+            return [f"    const int64_t live = {n};"]
+        scan = 1 if batch_free(skip.filled, n_outer - nr) else tasks
+        res = ["    int64_t live = 0;", f"    for (int64_t task = 0; task < {scan}; task++) {{"]
+        res += task_coords("        ", "task")
+        res += [f"        for (int64_t j0 = {(ntiles - 1) * BK}; j0 >= live; j0 -= {BK}) {{",
+                f"            const int64_t nk = {n} - j0 < {BK} ? {n} - j0 : {BK};"]
+        res += count_filled("            ")
+        res += ["            if (filled != nq * nk) { live = j0 + nk; break; }", "        }", "    }"]
+        return res
+
+    def count_filled(ind: str) -> list[str]:
+        """``filled``: how many scores of tile ``j0`` (``nk`` keys, ``nq`` rows) are the
+        mask's fill."""
+        assert skip is not None
+        r = R()
+        fill_when = r.expr(skip.filled)
+        res = [f"{ind}int filled = 0;", f"{ind}for (int64_t ii = 0; ii < nq; ii++) {{"]
+        res += row_coords(ind + "    ")
+        res += [f"{ind}    #pragma omp simd reduction(+:filled)", f"{ind}    for (int64_t jj = 0; jj < nk; jj++) {{",
+                f"{ind}        const int64_t i0 = j0 + jj;"]
+        res += [f"{ind}        " + t for t in r.take()]
+        return res + [f"{ind}        filled += {fill_when};", f"{ind}    }}", f"{ind}}}"]
 
     def scale_rows(ind: str) -> list[str]:
         """``sc[ii]``: the factor ``braze_mm_scaled_max`` multiplies row ``ii`` by."""
@@ -491,13 +357,13 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                     f"for (; jb + 8 <= nk; jb += 8) for (int64_t dd = 0; dd < {d}; dd += 8) "
                     f"braze_transpose8({k_at} + jb * {ldk} + dd, {ldk}, {dst} + dd * {BK} + jb, {BK});"]
             first = "jb"
-        elif paged_rows is not None and paged_rows[1] % 8 == 0 and d % 8 == 0:
+        elif paged_b is not None and paged_b[1] % 8 == 0 and d % 8 == 0:
             # rows through a block table: each 8 rows lie in one block, a stride apart
             at = Renderer([f"o{i}" for i in range(n_outer)] + ["i0", "0"]).index(dot.b.index)
             res += ["int64_t jb = 0;", "for (; jb + 8 <= nk; jb += 8) {", "    const int64_t i0 = j0 + jb;",
                     *row_at(dot.b), f"    const float *xp = a{dot.b.arg} + {at} + at{dot.b.arg}_0 * {dot.b.at[0][1]};",
                     f"    for (int64_t dd = 0; dd < {d}; dd += 8) "
-                    f"braze_transpose8(xp + dd, {paged_rows[0]}, {dst} + dd * {BK} + jb, {BK});", "}"]
+                    f"braze_transpose8(xp + dd, {paged_b[0]}, {dst} + dd * {BK} + jb, {BK});", "}"]
             first = "jb"
         return res + [f"for (int64_t jj = {first}; jj < {BK}; jj++) {{",  # rows of B^T are contiguous: read along them
                 # (a row past the end through a block table would read past the table's row)
@@ -574,7 +440,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         acc = "ns{}" if rolling else "acc{}[ii]"
         if rolling:
             for p in producers:
-                body.append(f"        const float os{p} = {_safe(k.stages[p].op, f'acc{p}[ii]')};")  # type: ignore[union-attr]
+                body.append(f"        const float os{p} = {safe(k.stages[p].op, f'acc{p}[ii]')};")  # type: ignore[union-attr]
         # One loop over the tile per level of reductions (those of a level do not read
         # each other); the contraction's weights join the loop of the level after their
         # producers, so a value both need (softmax's exp) is computed once per element.
@@ -616,8 +482,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                 # one: 16 dependent adds per row and tile.
                 from_wt = {i for i in ids if w is not None and xs[i] == w and k.stages[i].op == "sum"}  # type: ignore[union-attr]
                 clauses = "".join(
-                    (f" reduction({_OMP[k.stages[i].op]}:red{i})"  # type: ignore[union-attr]
-                     if k.stages[i].op in _OMP and i not in from_wt else "")  # type: ignore[union-attr]
+                    (f" reduction({OMP_REDUCTION[k.stages[i].op]}:red{i})"  # type: ignore[union-attr]
+                     if k.stages[i].op in OMP_REDUCTION and i not in from_wt else "")  # type: ignore[union-attr]
                     + f" reduction(|:rnan{i})" for i in ids)
                 if checks:
                     clauses += f" reduction(min:kmin{n_loop}) reduction(max:kmax{n_loop})"
@@ -634,7 +500,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                     if s.op in ("amax", "amin"):
                         res.append(f"{ind}    rnan{i} |= ({xs[i]} != {xs[i]});")
                     if i not in from_wt:
-                        res.append(f"{ind}    " + _reduce_update(s.op, f"red{i}", xs[i], s.dtype))
+                        res.append(f"{ind}    " + reduce_update(s.op, f"red{i}", xs[i], s.dtype))
                 if w is not None:
                     res.append(f"{ind}    wt[ii * {BK} + jj] = {w};")
                 res.append(f"{ind}}}")
@@ -642,7 +508,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                 return res
 
             def init_red(ind: str) -> list[str]:
-                return [f"{ind}red{i} = {_reduce_init(k.stages[i].op, k.stages[i].dtype)}; rnan{i} = 0;"  # type: ignore[union-attr]
+                return [f"{ind}red{i} = {reduce_init(k.stages[i].op, k.stages[i].dtype)}; rnan{i} = 0;"  # type: ignore[union-attr]
                         for i in ids]
             # The exps run on the fast path (braze__exp_normal) and the loop is redone
             # with braze_expf in the rare tile row where an argument's k left [-126, 127]
@@ -676,9 +542,9 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                 rep = s.repair if rolling else None
                 body += ["        " + x for x in repaired_when_moved(R(acc), rep, f"acc{i}[ii]", s.dtype, f"old{i}")]
                 body.append(f"        {{ const float t = old{i}; float u = t; "
-                            + _reduce_update(s.op, "u", f"red{i}", s.dtype) + f" acc{i}[ii] = u; }}")
+                            + reduce_update(s.op, "u", f"red{i}", s.dtype) + f" acc{i}[ii] = u; }}")
                 if rolling:
-                    body.append(f"        const float ns{i} = {_safe(s.op, f'acc{i}[ii]')};")
+                    body.append(f"        const float ns{i} = {safe(s.op, f'acc{i}[ii]')};")
         if with_contract:
             if rolling and contract.repair is not None:
                 t = ir.Var("t", contract.repair.dtype)
@@ -707,7 +573,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         for i in reduces:
             s = k.stages[i]
             assert isinstance(s, ir.Reduce)
-            res.append(f"{ind}    acc{i}[ii] = {_reduce_init(s.op, s.dtype)}; nan{i}[ii] = 0;")
+            res.append(f"{ind}    acc{i}[ii] = {reduce_init(s.op, s.dtype)}; nan{i}[ii] = 0;")
         res.append(f"{ind}}}")
         res.append(f"{ind}for (int64_t x = 0; x < nq * {e}; x++) ot[x] = 0.0f;")
         return res
@@ -766,18 +632,18 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
             res.append(f"{ind}        const float *part = parts + (task * splits + sp) * {n_part};")
             for p in producers:
                 m = reduces.index(p)
-                res.append(f"{ind}        const float os{p} = {_safe(k.stages[p].op, f'part[{2 * m * BQ} + ii]')};")  # type: ignore[union-attr]
+                res.append(f"{ind}        const float os{p} = {safe(k.stages[p].op, f'part[{2 * m * BQ} + ii]')};")  # type: ignore[union-attr]
             stmts, t = repaired(R("ns{}"), s.repair, f"part[{2 * n_i * BQ} + ii]", s.dtype)
             res += [f"{ind}        " + x for x in stmts]
-            res.append(f"{ind}        {{ float u = acc{i}[ii]; " + _reduce_update(s.op, "u", t, s.dtype)
+            res.append(f"{ind}        {{ float u = acc{i}[ii]; " + reduce_update(s.op, "u", t, s.dtype)
                        + f" acc{i}[ii] = u; nan{i}[ii] |= part[{(2 * n_i + 1) * BQ} + ii] != 0.0f; }}")
             res.append(f"{ind}    }}")
-            res.append(f"{ind}    const float ns{i} = {_safe(s.op, f'acc{i}[ii]')}; (void)ns{i};")
+            res.append(f"{ind}    const float ns{i} = {safe(s.op, f'acc{i}[ii]')}; (void)ns{i};")
         res.append(f"{ind}    for (int64_t sp = 0; sp < splits; sp++) {{")
         res.append(f"{ind}        const float *part = parts + (task * splits + sp) * {n_part};")
         for p in producers:
             m = reduces.index(p)
-            res.append(f"{ind}        const float os{p} = {_safe(k.stages[p].op, f'part[{2 * m * BQ} + ii]')};")  # type: ignore[union-attr]
+            res.append(f"{ind}        const float os{p} = {safe(k.stages[p].op, f'part[{2 * m * BQ} + ii]')};")  # type: ignore[union-attr]
         pre, h = repaired(R("ns{}"), contract.repair, "tv", dt.float32)
         res.append(f"{ind}        for (int64_t dd = 0; dd < {e}; dd++) {{")
         res.append(f"{ind}            const float tv = part[{2 * len(reduces) * BQ} + ii * {e} + dd];")
@@ -792,8 +658,13 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     # Choices by size are made by the C at run time, so a kernel generic in its sizes
     # (``codegen/generic.py``) has one text for every prompt length; with literal sizes
     # the compiler folds them.
-    out.append(f"    if ({2 * n_batch * rows_per_batch * n * (d + e)} < {PARALLEL_FLOPS}) nthreads = 1;"
-               "  /* too little work to pay for waking the team */")
+    if narrow:
+        out += live_keys()
+        out.append(f"    if ({2 * n_batch * rows_per_batch} * live * {d + e} < {PARALLEL_FLOPS_NARROW}) nthreads = 1;"
+                   "  /* too little work even for an awake team */")
+    else:
+        out.append(f"    if ({2 * n_batch * rows_per_batch * n * (d + e)} < {PARALLEL_FLOPS}) nthreads = 1;"
+                   "  /* too little work to pay for waking the team */")
     # Every block of rows of a batch reads the same key and value tiles: with several
     # blocks, pack them all once (transposed keys; values unless read in place), in
     # parallel, before the main loop.
@@ -802,7 +673,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     # Which tiles are all fill, none or mixed, per (row block, key tile), when the mask
     # is the same for every batch (heads: an (N, N) mask or the causal one): found once,
     # not once per head (0: not yet; several tasks may find it, and they agree).
-    shared = skip is not None and n_batch > 1 and _batch_free(skip.filled, n_outer - nr)
+    shared = skip is not None and n_batch > 1 and batch_free(skip.filled, n_outer - nr)
     out.append(f"    unsigned char *tilememo = {f'(unsigned char *)calloc({blocks * ntiles}, 1)' if shared else '0'};")
     out.append(f"    float *vpack = kpack ? kpack + {kn} : 0;")
     out.append("    if (kpack) {")
@@ -821,11 +692,25 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     out.append("        }")
     out.append("    }")
     # Split-K (decoding: few rows, long rows): when there are fewer tasks than threads,
-    # each task's row axis is cut into chunks done in parallel, then combined.
-    out.append(f"    int64_t splits = {tasks} < nthreads && {n} >= {4 * BK} ? nthreads : 1;")
-    most = f"({n} / {2 * BK} > 1 ? {n} / {2 * BK} : 1)"
-    out.append(f"    if (splits > {most}) splits = {most};")
-    out.append(f"    const int64_t chunk = (({n} + splits - 1) / splits + {BK - 1}) / {BK} * {BK};")
+    # each task's row axis is cut into chunks done in parallel, then combined. A narrow
+    # kernel splits whenever the threads would not share its tasks evenly (3 KV heads
+    # on 2 threads: 2 splits each, 6 chunks), in chunks of its live keys, the last
+    # chunk running to the end (the masked tiles past the position, skipped).
+    if narrow:
+        out.append("    int64_t splits = 1;")
+        out.append(f"    if (nthreads > 1 && live >= {2 * BK}) {{")
+        out.append(f"        int64_t g = {tasks}, h = nthreads;")
+        out.append("        while (h) { const int64_t r = g % h; g = h; h = r; }")
+        out.append("        splits = nthreads / g;")
+        out.append(f"        if (splits > (live + {BK - 1}) / {BK}) splits = (live + {BK - 1}) / {BK};")
+        out.append("    }")
+        ext = "live"
+    else:
+        out.append(f"    int64_t splits = {tasks} < nthreads && {n} >= {4 * BK} ? nthreads : 1;")
+        most = f"({n} / {2 * BK} > 1 ? {n} / {2 * BK} : 1)"
+        out.append(f"    if (splits > {most}) splits = {most};")
+        ext = str(n)
+    out.append(f"    const int64_t chunk = (({ext} + splits - 1) / splits + {BK - 1}) / {BK} * {BK};")
     out.append(f"    float *parts = splits > 1 ? (float *)malloc(sizeof(float) * {tasks} * splits * {n_part}) : 0;")
     out.append("    if (splits > 1 && !parts) splits = 1;")
     out.append(f"    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && {tasks} * splits > 1)")
@@ -834,7 +719,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     out.append(f"{ind}const int64_t task = t / splits, sp = t % splits;")
     out += task_setup(ind, "task")
     out += init(ind)
-    out.append(f"{ind}const int64_t jlo = sp * chunk, jhi = jlo + chunk < {n} ? jlo + chunk : {n};")
+    out.append(f"{ind}const int64_t jlo = sp * chunk < {n} ? sp * chunk : {n};")
+    out.append(f"{ind}const int64_t jhi = sp == splits - 1 || jlo + chunk > {n} ? {n} : jlo + chunk;")
     out += sweep(reduces, True, True, ind, "jlo", "jhi")
     out.append(f"{ind}if (splits == 1) {{")
     out += finish(ind + "    ")
@@ -843,7 +729,9 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     out.append(f"{ind}}}")
     out.append("    }")
     out.append("    if (splits > 1) {")
-    out.append(f"        #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && {tasks} > 1)")
+    # (a narrow kernel's combine is a few rows: less work than a parallel region)
+    out.append(f"        #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) "
+               f"if(nthreads > 1 && {tasks} > 1 && {int(not narrow)})")
     out.append(f"        for (int64_t task = 0; task < {tasks}; task++) {{")
     ind = "            "
     out += task_setup(ind, "task")

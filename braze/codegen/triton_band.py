@@ -1,7 +1,7 @@
 """Which key tiles of a chain kernel's mask are all masked, or not masked at all, found
 per block of query rows before the key loop (``triton_chain.py``).
 
-A chain's scores are often ``where(filled, fill, kept)`` (``codegen/chain._skip_rule``)
+A chain's scores are often ``where(filled, fill, kept)`` (``codegen/chain_rules.skip_rule``)
 with ``filled`` built from the loop coordinates: causal attention (``j > i + offset``),
 a sliding window (``j > i | i - j >= w``), decoding's ``j >= length``. When ``filled``
 is an OR of comparisons each linear in the key coordinate ``j`` (``c * j + R cmp 0``,

@@ -43,7 +43,7 @@ from math import prod
 
 from .. import dtypes as dt
 from .. import ir
-from .chain import _skip_rule, _the_dot
+from .chain_rules import skip_rule, the_dot
 from .loops import passes
 from .triton import PRELUDE, TL, NotRendered, Renderer, Rendered, literal, stored, vtype
 from .triton_band import FDIV, atoms, band_lines, fill_is_identity
@@ -182,7 +182,7 @@ class _Chain:
         self.k, self.name = k, name
         self.no = no = len(k.outer)
         self.n = n = k.inner[0]
-        self.dot = dot = _the_dot(k)
+        self.dot = dot = the_dot(k)
         self.contract = c = next(s for s in k.stages if isinstance(s, ir.Contract))
         self.reduces = [i for i, s in enumerate(k.stages) if isinstance(s, ir.Reduce)]
         for i in self.reduces:
@@ -218,7 +218,7 @@ class _Chain:
         self.ntiles = -(-n // self.bn)
         self.tail = n % self.bn != 0
         # the mask as a band of keys: skipped tiles, and tiles computed without it
-        self.skip = _skip_rule(k, dot, no)
+        self.skip = skip_rule(k, dot, no)
         self.guards: list[ir.Expr] = []  # what the band needs of the mask's values, checked when it runs
         self.atoms = atoms(self.skip.filled, no, self.guards) if self.skip is not None and self.skip.bias is None \
             else None
