@@ -53,7 +53,7 @@ import functools
 import itertools
 import sys
 import weakref
-from typing import Any, Callable, Generic, ParamSpec, TypeVar
+from typing import Any, Callable, Generic, ParamSpec, TypeVar, overload
 
 import numpy as np
 
@@ -143,7 +143,7 @@ class _Recording:
     function produced: a template of a big intermediate costs its shape, not its memory."""
 
     __slots__ = ("fresh", "made", "captured", "captured_ids", "pending", "nodes", "result", "budget", "form_copy",
-                 "alone", "direct_runs", "layouts", "results")
+                 "alone", "direct_runs", "layouts", "results", "live")
 
     def __init__(self, fresh: list[tuple[Any, Any, int]], made: list[Storage], captured: list[Storage],
                  nodes: list[tuple[Any, tuple[tuple[int, Layout], ...], tuple[tuple[int, Layout], ...], dict[str, Any]]],
@@ -165,6 +165,7 @@ class _Recording:
         self.direct_runs = 0
         self.layouts: list[_Layouts] | None = None  # the nodes' operand layouts, as plan.run_stored reads them
         self.results = _result_indices(result)  # the pool indices of the tensors it returns
+        self.live: frozenset[int] = frozenset()  # the form copy's rel ids of the results it produces
 
     def replay(self, call: _Call, stream: Stream) -> Any:
         if memory.limited():
@@ -177,11 +178,10 @@ class _Recording:
             direct = self._direct(copy, stream)
             if direct is not None:
                 plan, used = direct
-                some = self._pool(call, [copy.order[k] for k in used])
+                some = self._pool(call, {copy.order[k] for k in used} | self.results)
                 planmod.run_stored(plan, self._layouts(), [some.get(i) for i in copy.order])
                 return _rebuild(self.result, some, call.tensors)
-        pool = (call.storages + [Storage(d, dev, n) for d, dev, n in self.fresh]
-                + [Storage(d, dev, n, data.copy()) for d, dev, n, data in self.made] + self.captured)
+        pool = self._pool(call)
         nodes = [Node(op, tuple([Operand(pool[i], lay) for i, lay in ins]),
                       tuple([Operand(pool[i], lay) for i, lay in outs]), attrs)
                  for op, ins, outs, attrs in self.nodes]
@@ -215,26 +215,32 @@ class _Recording:
         self.direct_runs += 1
         if self.direct_runs % REPROBE == 0 or stream is not stream_of(CPU):
             return None
-        results = self.results
-        return planmod.stored(copy, frozenset(k for k in copy.produced if copy.order[k] in results))
+        return planmod.stored(copy, self.live)
 
-    def _pool(self, call: _Call, wanted: list[int]) -> dict[int, Storage]:
-        """The pool's storages at the indices ``wanted`` (and the result's), made as
-        ``replay`` makes them: a direct replay makes none of the rest."""
-        n_args, n_fresh = len(call.storages), len(self.fresh)
+    @overload
+    def _pool(self, call: _Call) -> list[Storage]: ...
+
+    @overload
+    def _pool(self, call: _Call, wanted: set[int]) -> dict[int, Storage]: ...
+
+    def _pool(self, call: _Call, wanted: set[int] | None = None) -> list[Storage] | dict[int, Storage]:
+        """A call's pool: ``[arguments] + [fresh] + [copies of made] + [captured]``, all
+        of it, or (a direct replay) only the indices ``wanted``, by index."""
+        n_args, n_fresh, n_made = len(call.storages), len(self.fresh), len(self.made)
+        if wanted is None:
+            return (call.storages + [Storage(d, dev, n) for d, dev, n in self.fresh]
+                    + [Storage(d, dev, n, data.copy()) for d, dev, n, data in self.made] + self.captured)
         pool: dict[int, Storage] = {}
-        for i in (*wanted, *self.results):
-            if i in pool:
-                continue
+        for i in wanted:
             if i < n_args:
                 pool[i] = call.storages[i]
             elif i < n_args + n_fresh:
                 pool[i] = Storage(*self.fresh[i - n_args])
-            elif i < n_args + n_fresh + len(self.made):
+            elif i < n_args + n_fresh + n_made:
                 d, dev, n, data = self.made[i - n_args - n_fresh]
                 pool[i] = Storage(d, dev, n, data.copy())
             else:
-                pool[i] = self.captured[i - n_args - n_fresh - len(self.made)]
+                pool[i] = self.captured[i - n_args - n_fresh - n_made]
         return pool
 
     def _layouts(self) -> list[_Layouts]:
@@ -256,8 +262,10 @@ class _Recording:
         form: Any = queue.form  # plan.Form: jit does not import the executor
         if form is None or len(queue) != len(nodes):
             return
-        self.form_copy = form.copy_of(storages + _fresh_storages(nodes) + made + self.captured)
+        copy = self.form_copy = form.copy_of(storages + _fresh_storages(nodes) + made + self.captured)
         self.pending = [st.array is None for st in self.captured]
+        if copy is not None:
+            self.live = frozenset(k for k in copy.produced if copy.order[k] in self.results)
         self._watch(stream, len(nodes))
 
 

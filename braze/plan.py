@@ -89,8 +89,9 @@ class Plan:
     bind: list[list[tuple[int, int]]] = field(default_factory=list)
     compiled: bool = False  # building it compiled new kernels (what BRAZE_SHAPE_VARIANTS counts)
     program: Any = None  # its ops and dtypes: the unit the cap counts and evicts
-    #: the rel ids its steps touch, where ``run_stored`` may run it (``stored``); () where it may not
-    direct: frozenset[int] | tuple[()] | None = None
+    #: the rel ids its steps touch where ``run_stored`` may run it (``stored``), empty where it
+    #: may not; None until asked
+    direct: frozenset[int] | None = None
 
 
 # bump when the stored schedule's shape changes (2: arena, 3: refs, 4: rendered C, 5: epilogues, 6: prologues,
@@ -578,14 +579,13 @@ def stored(copy: plan_trie.FormCopy, live: frozenset[int]) -> tuple[Plan, frozen
     if plan is None:
         return None
     if plan.direct is None:
-        if any(isinstance(s, ExternStep) or s.err is not None for s in plan.steps):
-            plan.direct = ()
-        else:
+        used: set[int] = set()
+        if not any(isinstance(s, ExternStep) or s.err is not None for s in plan.steps):
             used = {k for s in plan.steps if isinstance(s, CompiledKernel) for k in (*s.step.args, *s.step.outputs)}
             used.update(k for ks in plan.release for k in ks)
             used.update(k for bs in plan.bind for k, _ in bs)
-            plan.direct = frozenset(used)
-    return (plan, plan.direct) if plan.direct != () else None
+        plan.direct = frozenset(used)
+    return (plan, plan.direct) if plan.direct else None
 
 
 def run_stored(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
