@@ -143,7 +143,7 @@ class _Recording:
     function produced: a template of a big intermediate costs its shape, not its memory."""
 
     __slots__ = ("fresh", "made", "captured", "captured_ids", "pending", "nodes", "result", "budget", "form_copy",
-                 "alone", "direct_runs", "layouts", "results", "live")
+                 "alone", "direct_runs", "direct", "layouts", "results", "live")
 
     def __init__(self, fresh: list[tuple[Any, Any, int]], made: list[Storage], captured: list[Storage],
                  nodes: list[tuple[Any, tuple[tuple[int, Layout], ...], tuple[tuple[int, Layout], ...], dict[str, Any]]],
@@ -163,6 +163,7 @@ class _Recording:
         #: one's plan at once (``_direct``)
         self.alone = False
         self.direct_runs = 0
+        self.direct: _DirectRun | None = None
         self.layouts: list[_Layouts] | None = None  # the nodes' operand layouts, as plan.run_stored reads them
         self.results = _result_indices(result)  # the pool indices of the tensors it returns
         self.live: frozenset[int] = frozenset()  # the form copy's rel ids of the results it produces
@@ -175,11 +176,15 @@ class _Recording:
         fresh_form = (copy is not None and not stream.nodes and len(self.nodes) < stream.limit
                       and [st.array is None for st in self.captured] == self.pending)
         if fresh_form and self.alone:
-            direct = self._direct(copy, stream)
-            if direct is not None:
-                plan, used = direct
-                some = self._pool(call, {copy.order[k] for k in used} | self.results)
-                planmod.run_stored(plan, self._layouts(), [some.get(i) for i in copy.order])
+            run = self._direct(copy, stream)
+            if run is not None:
+                some = self._pool(call, run.wanted)
+                storages: list[Storage | None] = [None] * run.size
+                for k, i in run.slots:
+                    storages[k] = some[i]
+                if not run.shifts:
+                    run.shifts = planmod.shifts(run.plan, self._layouts(), storages)
+                planmod.run_stored(run.plan, run.shifts, storages)
                 return _rebuild(self.result, some, call.tensors)
         pool = self._pool(call)
         nodes = [Node(op, tuple([Operand(pool[i], lay) for i, lay in ins]),
@@ -204,9 +209,9 @@ class _Recording:
             self.keep_form(stream, call.storages, nodes, made)
         return result
 
-    def _direct(self, copy: Any, stream: Stream) -> tuple[Any, frozenset[int]] | None:
-        """The plan to run now instead of recording (``plan.stored``), and the rel ids it
-        touches: the plan of these nodes run as their flush would have run it had
+    def _direct(self, copy: Any, stream: Stream) -> _DirectRun | None:
+        """The plan to run now instead of recording (``plan.stored``), with what running
+        it takes: the plan of these nodes run as their flush would have run it had
         nothing joined them (what PyTorch's compiled functions do, and what a small
         shape needs: its nodes cost more to rebuild than its kernel takes). Only where
         the last replay from an empty stream was flushed alone; every ``REPROBE``-th
@@ -215,15 +220,20 @@ class _Recording:
         self.direct_runs += 1
         if self.direct_runs % REPROBE == 0 or stream is not stream_of(CPU):
             return None
-        return planmod.stored(copy, self.live)
+        found = planmod.stored(copy, self.live)
+        if found is None:
+            return None
+        if self.direct is None or self.direct.plan is not found[0]:
+            self.direct = _DirectRun(found[0], found[1], copy.order, self.results)
+        return self.direct
 
     @overload
     def _pool(self, call: _Call) -> list[Storage]: ...
 
     @overload
-    def _pool(self, call: _Call, wanted: set[int]) -> dict[int, Storage]: ...
+    def _pool(self, call: _Call, wanted: list[int]) -> dict[int, Storage]: ...
 
-    def _pool(self, call: _Call, wanted: set[int] | None = None) -> list[Storage] | dict[int, Storage]:
+    def _pool(self, call: _Call, wanted: list[int] | None = None) -> list[Storage] | dict[int, Storage]:
         """A call's pool: ``[arguments] + [fresh] + [copies of made] + [captured]``, all
         of it, or (a direct replay) only the indices ``wanted``, by index."""
         n_args, n_fresh, n_made = len(call.storages), len(self.fresh), len(self.made)
@@ -267,6 +277,21 @@ class _Recording:
         if copy is not None:
             self.live = frozenset(k for k in copy.produced if copy.order[k] in self.results)
         self._watch(stream, len(nodes))
+
+
+class _DirectRun:
+    """What a direct replay of one stored plan takes, found once: the pool index of each
+    rel id its steps touch (``slots``), the pool indices a call makes (those and the
+    results'), and its kernels' argument offsets (``plan.shifts``, at its first run)."""
+
+    __slots__ = ("plan", "slots", "wanted", "size", "shifts")
+
+    def __init__(self, plan: Any, used: frozenset[int], order: tuple[int, ...], results: set[int]) -> None:
+        self.plan = plan
+        self.slots = [(k, order[k]) for k in sorted(used)]
+        self.wanted = sorted({i for _, i in self.slots} | results)
+        self.size = len(order)
+        self.shifts: list[tuple[int, ...]] = []
 
 
 class _Operand:

@@ -377,7 +377,7 @@ def _plan_path(key: Any) -> Path | None:
 _NO_ARENA = np.empty(0, np.uint8)
 
 
-def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
+def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any], shifts: Sequence[Sequence[int]] = ()) -> None:
     nthreads = cpu.get_num_threads()
     arena = memory.arena(plan.arena_bytes) if plan.offsets else _NO_ARENA
     base = arena.ctypes.data if plan.offsets else 0
@@ -399,6 +399,7 @@ def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
                     if st.array is None:
                         st.array = memory.allocate(st.dtype.np, st.numel, "kernel")
                 ptrs = (ctypes.c_void_p * (len(kstep.args) + len(step.extra)))(*[
+                    storages[k].address() + s for k, s in zip(kstep.args, shifts[i])] if shifts else [
                     storages[k].address() if r is None else
                     storages[k].address() + storages[k].dtype.nbytes(operand(nodes[r[0]], r[1]).layout.offset)
                     for k, r in zip(kstep.args, kstep.refs)], *step.extra)
@@ -588,14 +589,23 @@ def stored(copy: plan_trie.FormCopy, live: frozenset[int]) -> tuple[Plan, frozen
     return (plan, plan.direct) if plan.direct else None
 
 
-def run_stored(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> None:
+def shifts(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> list[tuple[int, ...]]:
+    """Per step, the byte offset of each kernel argument into its storage, as ``nodes``'
+    layouts place it (0 for an extern step's none): what ``run_stored`` adds to the
+    storages' addresses. A recording's layouts are fixed, so jit takes them once."""
+    return [tuple(0 if r is None else storages[k].dtype.nbytes(operand(nodes[r[0]], r[1]).layout.offset)
+                  for k, r in zip(s.step.args, s.step.refs)) if isinstance(s, CompiledKernel) else ()
+            for s in plan.steps]
+
+
+def run_stored(plan: Plan, shifted: list[tuple[int, ...]], storages: list[Any]) -> None:
     """Run a plan ``stored`` gave, now, over its storages by rel id (None where its steps
-    touch none); ``nodes`` need only give the operands' layouts (``operand``)."""
+    touch none), each kernel argument at its storage's address plus its ``shifts``."""
     COUNTERS["flushes"] += 1
     COUNTERS["plan_hits"] += 1
     if plan.program in _shapes:
         _shapes[plan.program] = _shapes.pop(plan.program)
-    _run(plan, nodes, storages)
+    _run(plan, (), storages, shifted)
 
 
 def clear() -> None:

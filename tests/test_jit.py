@@ -116,6 +116,31 @@ def test_a_direct_replay_writes_its_arguments_in_place_and_frees_what_it_made() 
     assert calls[0] == 1
 
 
+def test_a_direct_replay_reads_and_writes_views_at_their_offsets() -> None:
+    # The kernels' arguments start inside their storages (a view of the argument, a
+    # slice of a captured table, the function's own slices): a direct replay takes
+    # those offsets once per recording (plan.shifts) and adds them to each call's addresses.
+    table = braze.from_numpy(np.linspace(-1, 1, 80, dtype=np.float32).reshape(2, 40))
+
+    def fn(a: braze.Tensor) -> braze.Tensor:
+        return (a[:, 1:] * table[1:, 5:37]).exp() + a[:, :-1]
+
+    jitted, calls = _counted(fn)
+    t = table.numpy().astype(np.float64)
+    recorded = []
+    for seed in range(6):
+        big = np.random.default_rng(seed).standard_normal((5, 50)).astype(np.float32)
+        view = braze.from_numpy(big)[1:4, 7:40]  # offset 57 elements, rows 50 apart
+        braze.reset_stats()
+        got = jitted(view).numpy()
+        recorded.append(braze.stats()["nodes_recorded"])
+        a = big[1:4, 7:40].astype(np.float64)
+        np.testing.assert_allclose(got, np.exp(a[:, 1:] * t[1:, 5:37]) + a[:, :-1], rtol=1e-5)
+    assert calls[0] == 1
+    if braze.stream.fusion_enabled():
+        assert recorded[-1] == 0, recorded  # ran directly
+
+
 @pytest.mark.parametrize("change", ["shape", "scale", "negative_zero", "dtype", "strides", "aliasing", "kwarg"])
 def test_a_call_that_differs_is_traced_anew(change: str) -> None:
     def fn(a: braze.Tensor, b: braze.Tensor, s: float = 1.0, *, bias: float = 0.0) -> braze.Tensor:
