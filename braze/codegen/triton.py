@@ -122,23 +122,29 @@ UNARY: dict[str, Callable[[DType], str]] = {
 }
 
 
+#: the divisor Triton's ``//`` and ``%`` are given: 0 read as 1 (a zero divisor's
+#: result is chosen by a select around them)
+_DIVISOR = "tl.where({b} == 0, 1, {b})"
+
+
+def _integer_only(d: DType, what: str) -> None:
+    if d.is_floating_point:
+        raise NotRendered(f"{what} of floats")
+
+
 def _floordiv(d: DType) -> str:
     """Integer floor division with C's truncating ``//`` underneath (Triton's, on the
     GPU and in its interpreter alike): one less where the signs differ and there is a
     remainder; a zero divisor gives 0, as braze's C does."""
-    if d.is_floating_point:
-        raise NotRendered("floor division of floats")
-    b = "tl.where({b} == 0, 1, {b})"
-    q = f"({{a}} // {b})"
-    fix = f"((({{a}} % {b}) != 0) & (({{a}} < 0) != ({{b}} < 0)))"
+    _integer_only(d, "floor division")
+    q = f"({{a}} // {_DIVISOR})"
+    fix = f"((({{a}} % {_DIVISOR}) != 0) & (({{a}} < 0) != ({{b}} < 0)))"
     return f"tl.where({{b}} == 0, 0, {q} - {fix}.to({vtype(d)}))"
 
 
 def _remainder(d: DType) -> str:
-    if d.is_floating_point:
-        raise NotRendered("the remainder of floats")
-    b = "tl.where({b} == 0, 1, {b})"
-    r = f"({{a}} % {b})"
+    _integer_only(d, "the remainder")
+    r = f"({{a}} % {_DIVISOR})"
     fix = f"(({r} != 0) & (({r} < 0) != ({{b}} < 0)))"
     return f"tl.where(({{b}} == 0) | ({{b}} == -1), 0, {r} + tl.where({fix}, {{b}}, 0))"
 
