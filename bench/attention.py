@@ -86,7 +86,7 @@ from .harness import (
     _timed,
     blas_get_num_threads,
     blas_set_num_threads,
-    braze_stats_of,
+    braze_variant_of,
     timed,
     build_baselines,
     env,
@@ -258,27 +258,9 @@ def braze_variant(name: str, fn: Callable[..., Any], arrays: dict[str, np.ndarra
     import braze
     tensors = {k: braze.from_numpy(a) if dtype == "float32" else braze.from_numpy(a).to(getattr(braze, dtype)).realize()
                for k, a in arrays.items()}
-
-    def call() -> None:
-        y = fn(**tensors)
-        y.realize()
-        del y
-
-    def result() -> np.ndarray:
-        with env("BRAZE_FUSION", fusion):
-            return np.array(fn(**tensors).numpy())
-
     fused = fusion == "1"
-    v = AVariant(name, call, result, warmup=2 if fused else 1, single_threaded=single_threaded, slow_ok=not fused,
-                 setting=lambda: env("BRAZE_FUSION", fusion))
-    with v.setting():
-        t, v.first_stats = braze_stats_of(call)
-        v.first_ms = t * 1e3
-        if fused:
-            for _ in range(2):
-                call()  # plan cached, pool warm
-        _, v.stats = braze_stats_of(call)
-    return v
+    return braze_variant_of(AVariant, name, lambda: fn(**tensors), fusion, warm_calls=2 if fused else 0,
+                            warmup=2 if fused else 1, single_threaded=single_threaded, slow_ok=not fused)
 
 
 def gemm_variant(p: Program, arrays: dict[str, np.ndarray]) -> AVariant:

@@ -68,6 +68,7 @@ from .harness import (  # noqa: F401 - shared with bench.attention; names kept i
     _ptr,
     _timed,
     braze_stats_of,
+    braze_variant_of,
     timed,
     build_baselines,
     env,
@@ -260,27 +261,8 @@ class _TorchOps:
 def braze_variant(name: str, prog: Program, arrays: list[np.ndarray], fusion: str) -> Variant:
     import braze
     tensors = [braze.from_numpy(a) for a in arrays]
-
-    def call() -> None:
-        y = prog.fn(braze, *tensors)
-        y.realize()
-        del y
-
-    def result() -> np.ndarray:
-        with env("BRAZE_FUSION", fusion):
-            return np.array(prog.fn(braze, *tensors).numpy())
-
-    stats_of = braze_stats_of
-
-    v = Variant(name, call, result, warmup=3 if fusion == "1" else 1, single_threaded=fusion == "0",
-                setting=lambda: env("BRAZE_FUSION", fusion))
-    with v.setting():
-        t, v.first_stats = stats_of(call)
-        v.first_ms = t * 1e3
-        for _ in range(2):
-            call()  # plan cached, pool warm
-        _, v.stats = stats_of(call)
-    return v
+    return braze_variant_of(Variant, name, lambda: prog.fn(braze, *tensors), fusion, warm_calls=2,
+                            warmup=3 if fusion == "1" else 1, single_threaded=fusion == "0")
 
 
 def run_program(prog: Program, shape: tuple[int, ...], lib: ctypes.CDLL, threads: list[int], reps: int,

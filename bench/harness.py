@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any, ContextManager, TypeVar
 
 import numpy as np
 
@@ -173,6 +173,35 @@ def braze_stats_of(fn: Callable[[], None]) -> tuple[float, dict[str, int]]:
     out["live_bytes_before"] = live0
     out["peak_above_live_before"] = s["peak_bytes"] - live0
     return t, out
+
+
+V = TypeVar("V", bound=Variant)
+
+
+def braze_variant_of(make: Callable[..., V], name: str, program: Callable[[], Any], fusion: str,
+                     warm_calls: int, **kw: Any) -> V:
+    """``make(name, call, result, ...)``: the variant running ``program`` (a braze call)
+    with ``BRAZE_FUSION=fusion``, each call realized and dropped. Its first call is
+    timed and counted (schedule and compile), then ``warm_calls`` more run (plan cached,
+    pool warm) and one steady call is counted. ``kw``: the variant's other fields."""
+
+    def call() -> None:
+        y = program()
+        y.realize()
+        del y
+
+    def result() -> np.ndarray:
+        with env("BRAZE_FUSION", fusion):
+            return np.array(program().numpy())
+
+    v = make(name, call, result, setting=lambda: env("BRAZE_FUSION", fusion), **kw)
+    with v.setting():
+        t, v.first_stats = braze_stats_of(call)
+        v.first_ms = t * 1e3
+        for _ in range(warm_calls):
+            call()
+        _, v.stats = braze_stats_of(call)
+    return v
 
 
 _BLAS_SYMBOLS = {

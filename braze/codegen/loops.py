@@ -1,13 +1,16 @@
 """What every renderer of the loop IR decides the same way, whatever it emits (C in
 ``c.py`` and ``chain.py``, Triton in ``triton.py``): how a kernel's reductions fall
 into passes over the row, which folds need a NaN flag beside them, and how a loop
-body's subexpressions become temporaries."""
+body's expressions are walked (``ExprRenderer``: each distinct subexpression one
+temporary, ops through each renderer's rule tables)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable, ClassVar, Mapping
 
 from .. import ir
+from ..dtypes import DType
 
 
 def _levels(k: ir.Kernel) -> dict[int, int]:
@@ -53,14 +56,102 @@ def is_float_minmax(s: ir.Reduce) -> bool:
     return s.op in ("amax", "amin") and s.dtype.is_floating_point
 
 
-class Temporaries:
-    """Each distinct subexpression of a loop body becomes one named temporary
-    (expressions are structural values, so equal subtrees share it: an inlined producer
-    used five times is computed once per element). A renderer says how one is declared."""
+#: comparisons, spelled alike in C and Triton (each renderer's ``BINARY`` holds them)
+COMPARISONS: dict[str, Callable[[DType], str]] = {
+    "eq": lambda d: "({a} == {b})",
+    "ne": lambda d: "({a} != {b})",
+    "lt": lambda d: "({a} < {b})",
+    "le": lambda d: "({a} <= {b})",
+    "gt": lambda d: "({a} > {b})",
+    "ge": lambda d: "({a} >= {b})",
+}
 
+#: an op's rule in a renderer's table: (renderer, op, its arguments rendered, the dtype
+#: of its first argument) -> its text, or None to leave it to the ``UNARY``/``BINARY`` tables
+OpRule = Callable[..., str | None]
+
+
+class ExprRenderer:
+    """The walk both renderers take over an expression inside one loop body (C in
+    ``c_expr.Renderer``, Triton in ``triton.Renderer``), through the hooks and rule
+    tables each fills in. Each distinct subexpression becomes one named temporary
+    (expressions are structural values, so equal subtrees share it: an inlined producer
+    used five times is computed once per element)."""
+
+    coords: list[str]
+    n_outer: int  # coords before this one are constant along the row
     prefix: str
+    acc: str  # how an accumulator is spelled (a scalar, a block's slot)
     memo: dict[ir.Expr, str]
     stmts: list[str]
+    #: ops rendered by a rule of their own, before (or instead of) the tables
+    OPS: ClassVar[Mapping[str, OpRule]]
+    #: op name -> (dtype of the operand) -> template over ``{a}`` (and ``{b}``)
+    UNARY: ClassVar[Mapping[str, Callable[[DType], str]]]
+    BINARY: ClassVar[Mapping[str, Callable[[DType], str]]]
+
+    def expr(self, e: ir.Expr) -> str:
+        if isinstance(e, ir.Const):
+            return self.const(e)
+        if isinstance(e, ir.Coord):
+            return self.coord(e)
+        name = self.memo.get(e)
+        if name is not None:
+            return name
+        if isinstance(e, ir.Acc):
+            return self.acc.format(e.stage)
+        name = self.named(e)
+        if name is not None:
+            return name
+        if isinstance(e, ir.Load):
+            text = self.load(e)
+        elif isinstance(e, ir.Op):
+            text = self.op(e)
+        else:
+            raise self.unrendered(e)
+        return self.bind(e, text)
+
+    def op(self, e: ir.Op) -> str:
+        args = [self.expr(a) for a in e.args]
+        if e.name == "checked":
+            return self.checked(e, args)
+        src = e.args[0].dtype if e.args else e.dtype
+        rule = self.OPS.get(e.name)
+        text = rule(self, e, args, src) if rule is not None else None
+        if text is None:
+            if e.name in self.UNARY:
+                text = self.UNARY[e.name](src).format(a=args[0])
+            elif e.name in self.BINARY:
+                text = self.BINARY[e.name](src).format(a=args[0], b=args[1])
+            else:
+                raise self.unrendered(e)
+        return self.typed(text, e.dtype)
+
+    # what each renderer says its own way
+    def const(self, e: ir.Const) -> str:
+        raise NotImplementedError
+
+    def coord(self, e: ir.Coord) -> str:
+        raise NotImplementedError
+
+    def named(self, e: ir.Expr) -> str | None:
+        """A name ``e`` has beyond the body's temporaries (None: it is computed here)."""
+        return None
+
+    def load(self, e: ir.Load) -> str:
+        raise NotImplementedError
+
+    def checked(self, e: ir.Op, args: list[str]) -> str:
+        """A gathered index, checked (``ir.checked``)."""
+        raise NotImplementedError
+
+    def typed(self, text: str, d: DType) -> str:
+        """An op's ``text`` as a value of its dtype ``d``."""
+        raise NotImplementedError
+
+    def unrendered(self, e: ir.Expr) -> Exception:
+        """The error for an expression (or an op) this renderer has no text for."""
+        raise NotImplementedError
 
     def declare(self, name: str, text: str, e: ir.Expr) -> str:
         raise NotImplementedError

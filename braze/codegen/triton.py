@@ -36,13 +36,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from math import prod
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar, Mapping
 
 from .. import dtypes as dt
 from .. import ir
 from ..dtypes import DType
 from . import argfold
-from .loops import Temporaries, collapsed, is_float_minmax, passes, scans
+from .loops import COMPARISONS, ExprRenderer, OpRule, collapsed, is_float_minmax, passes, scans
 
 #: lanes of a row walked at once, at most (a power of two, as ``tl.arange`` needs)
 MAX_BLOCK = 1024
@@ -122,23 +122,29 @@ UNARY: dict[str, Callable[[DType], str]] = {
 }
 
 
+#: the divisor Triton's ``//`` and ``%`` are given: 0 read as 1 (a zero divisor's
+#: result is chosen by a select around them)
+_DIVISOR = "tl.where({b} == 0, 1, {b})"
+
+
+def _integer_only(d: DType, what: str) -> None:
+    if d.is_floating_point:
+        raise NotRendered(f"{what} of floats")
+
+
 def _floordiv(d: DType) -> str:
     """Integer floor division with C's truncating ``//`` underneath (Triton's, on the
     GPU and in its interpreter alike): one less where the signs differ and there is a
     remainder; a zero divisor gives 0, as braze's C does."""
-    if d.is_floating_point:
-        raise NotRendered("floor division of floats")
-    b = "tl.where({b} == 0, 1, {b})"
-    q = f"({{a}} // {b})"
-    fix = f"((({{a}} % {b}) != 0) & (({{a}} < 0) != ({{b}} < 0)))"
+    _integer_only(d, "floor division")
+    q = f"({{a}} // {_DIVISOR})"
+    fix = f"((({{a}} % {_DIVISOR}) != 0) & (({{a}} < 0) != ({{b}} < 0)))"
     return f"tl.where({{b}} == 0, 0, {q} - {fix}.to({vtype(d)}))"
 
 
 def _remainder(d: DType) -> str:
-    if d.is_floating_point:
-        raise NotRendered("the remainder of floats")
-    b = "tl.where({b} == 0, 1, {b})"
-    r = f"({{a}} % {b})"
+    _integer_only(d, "the remainder")
+    r = f"({{a}} % {_DIVISOR})"
     fix = f"(({r} != 0) & (({r} < 0) != ({{b}} < 0)))"
     return f"tl.where(({{b}} == 0) | ({{b}} == -1), 0, {r} + tl.where({fix}, {{b}}, 0))"
 
@@ -156,12 +162,7 @@ BINARY: dict[str, Callable[[DType], str]] = {
     "remainder": _remainder,
     "maximum": _minmax(">"),
     "minimum": _minmax("<"),
-    "eq": lambda d: "({a} == {b})",
-    "ne": lambda d: "({a} != {b})",
-    "lt": lambda d: "({a} < {b})",
-    "le": lambda d: "({a} <= {b})",
-    "gt": lambda d: "({a} > {b})",
-    "ge": lambda d: "({a} >= {b})",
+    **COMPARISONS,
     "logical_and": lambda d: "(({a} != 0) & ({b} != 0))",
     "logical_or": lambda d: "(({a} != 0) | ({b} != 0))",
     "logical_xor": lambda d: "(({a} != 0) != ({b} != 0))",
@@ -237,10 +238,32 @@ def stored(value: str, d: DType) -> str:
     return f"{value}.to({TL[d.name]})"
 
 
-class Renderer(Temporaries):
+def _cast(r: Renderer, e: ir.Op, args: list[str], src: DType) -> str:
+    if e.dtype is dt.bool_:
+        return f"({args[0]} != 0)"
+    if src.is_floating_point and e.dtype.is_integer:
+        return _float_to_int(args[0], e.dtype)
+    return args[0]
+
+
+def _pow_rule(r: Renderer, e: ir.Op, args: list[str], src: DType) -> str:
+    b = e.args[1]
+    return _pow(args[0], args[1], b.value if isinstance(b, ir.Const) else None, src)
+
+
+class Renderer(ExprRenderer):
     """Renders expressions inside one loop body as Triton statements, each distinct
-    subexpression one temporary (``loops.Temporaries``). ``mask`` is the lanes' validity (None for a scalar body:
-    the row stores)."""
+    subexpression one temporary (``loops.ExprRenderer``: the walk; here the Triton of
+    its leaves and ops). ``mask`` is the lanes' validity (None for a scalar body: the
+    row stores)."""
+
+    OPS: ClassVar[Mapping[str, OpRule]] = {
+        "where": lambda r, e, args, src: f"tl.where({args[0]} != 0, {args[1]}, {args[2]})",
+        "cast": _cast,
+        "pow": _pow_rule,
+    }
+    UNARY = UNARY
+    BINARY = BINARY
 
     def __init__(self, coords: list[str], n_outer: int, mask: str | None, prefix: str = "v",
                  acc: str = "acc{}") -> None:
@@ -281,59 +304,29 @@ class Renderer(Temporaries):
         text = f"tl.load({ptr}, mask={' & '.join(conds)}, other=0)" if conds else f"tl.load({ptr})"
         return f"{text}.to({vtype(e.dtype)})"
 
-    def expr(self, e: ir.Expr) -> str:
-        if isinstance(e, ir.Const):
-            return const(e.value, e.dtype)
-        if isinstance(e, ir.Coord):
-            return f"{self.coords[e.dim]}.to({vtype(e.dtype)})"
-        if isinstance(e, ir.Acc):
-            return self.acc.format(e.stage)
-        name = self.memo.get(e)
-        if name is not None:
-            return name
-        if isinstance(e, ir.Load):
-            text = self.load(e)
-        elif isinstance(e, ir.Op):
-            text = self.op(e)
-        else:
-            raise NotRendered(f"a {type(e).__name__} (chain kernels: attention as one kernel)")
-        return self.bind(e, text)
+    def const(self, e: ir.Const) -> str:
+        return const(e.value, e.dtype)
+
+    def coord(self, e: ir.Coord) -> str:
+        return f"{self.coords[e.dim]}.to({vtype(e.dtype)})"
+
+    def unrendered(self, e: ir.Expr) -> Exception:
+        if isinstance(e, ir.Op):
+            return NotRendered(f"the element-wise op {e.name!r}")
+        return NotRendered(f"a {type(e).__name__} (chain kernels: attention as one kernel)")
 
     def declare(self, name: str, text: str, e: ir.Expr) -> str:
         return f"{name} = {text}"
 
-    def op(self, e: ir.Op) -> str:
-        args = [self.expr(a) for a in e.args]
-        if e.name == "checked":
-            return self.checked(args[0], args[1], dict(e.attrs)["check"])
-        src = e.args[0].dtype if e.args else e.dtype
-        out = vtype(e.dtype)
-        if e.name == "where":
-            text = f"tl.where({args[0]} != 0, {args[1]}, {args[2]})"
-        elif e.name == "cast":
-            if e.dtype is dt.bool_:
-                text = f"({args[0]} != 0)"
-            elif src.is_floating_point and e.dtype.is_integer:
-                text = _float_to_int(args[0], e.dtype)
-            else:
-                text = args[0]
-        elif e.name == "pow":
-            b = e.args[1]
-            exponent = b.value if isinstance(b, ir.Const) else None
-            text = _pow(args[0], args[1], exponent, src)
-        elif e.name in UNARY:
-            text = UNARY[e.name](src).format(a=args[0])
-        elif e.name in BINARY:
-            text = BINARY[e.name](src).format(a=args[0], b=args[1])
-        else:
-            raise NotRendered(f"the element-wise op {e.name!r}")
-        return _round(f"({text}).to({out})", e.dtype)
+    def typed(self, text: str, d: DType) -> str:
+        return _round(f"({text}).to({vtype(d)})", d)
 
-    def checked(self, i: str, size: str, check: int) -> str:
+    def checked(self, e: ir.Op, args: list[str]) -> str:
         """A gathered index ``i`` if inside ``[0, size)``, else 0, the bad value folded
         into ``err`` (per check: a flag, the smallest and the largest bad value; the
         runtime names the one the reference names). In a lane body the index is widened
         to the lanes and masked by them (a masked lane's index is no index)."""
+        i, size, check = args[0], args[1], dict(e.attrs)["check"]
         if self.mask is not None:
             i = f"({i} + 0 * j)"
         bad = f"(({i} < 0) | ({i} >= {size}))" + (f" & {self.mask}" if self.mask is not None else "")

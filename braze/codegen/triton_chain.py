@@ -145,7 +145,7 @@ class _Tile(Renderer):
     def load(self, e: ir.Load) -> str:
         return f"{load(e, self.coords, self.n_outer, self.key_mask)}.to({vtype(e.dtype)})"
 
-    def checked(self, i: str, size: str, check: int) -> str:
+    def checked(self, e: ir.Op, args: list[str]) -> str:
         raise NotRendered("a bounds-checked gather inside a chain kernel")
 
 

@@ -43,6 +43,16 @@ def interpret(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     braze.synchronize()
 
 
+
+@pytest.fixture
+def on_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU itself, not the interpreter (the ``requires_gpu`` tests of the device
+    runtime, after ``interpret``): skips where the interpreter was asked for."""
+    monkeypatch.delenv("BRAZE_CUDA_INTERPRET", raising=False)
+    if braze.cuda.interpreting():
+        pytest.skip("the interpreter was asked for (TRITON_INTERPRET or BRAZE_CUDA_INTERPRET)")
+
+
 def on_both(monkeypatch: pytest.MonkeyPatch, fn: Any, *arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``fn`` over CPU tensors on the reference executor, and over the same data on the
     cuda device (Triton kernels); both results as numpy."""

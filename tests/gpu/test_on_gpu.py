@@ -14,14 +14,7 @@ import braze.nn.functional as F
 from braze.errors import IndexOutOfRange
 from braze.runtime import cuda_memory
 
-pytestmark = pytest.mark.requires_gpu
-
-
-@pytest.fixture(autouse=True)
-def on_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("BRAZE_CUDA_INTERPRET", raising=False)
-    if braze.cuda.interpreting():
-        pytest.skip("the interpreter was asked for (TRITON_INTERPRET or BRAZE_CUDA_INTERPRET)")
+pytestmark = [pytest.mark.requires_gpu, pytest.mark.usefixtures("on_the_gpu")]
 
 
 def _program(x: braze.Tensor) -> braze.Tensor:

@@ -15,14 +15,7 @@ from braze.quant.formats import DTYPES, GGMLType
 
 from .test_quant_kernels import check_close, random_blocks
 
-pytestmark = pytest.mark.requires_gpu
-
-
-@pytest.fixture(autouse=True)
-def on_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("BRAZE_CUDA_INTERPRET", raising=False)
-    if braze.cuda.interpreting():
-        pytest.skip("the interpreter was asked for (TRITON_INTERPRET or BRAZE_CUDA_INTERPRET)")
+pytestmark = [pytest.mark.requires_gpu, pytest.mark.usefixtures("on_the_gpu")]
 
 
 @pytest.mark.parametrize("qtype,k", [("Q4_0", 576), ("Q4_1", 576), ("Q8_0", 576), ("Q5_1", 576), ("Q4_K", 512),
