@@ -42,7 +42,7 @@ import sys
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -432,7 +432,7 @@ def _index_error(step: CompiledKernel, nodes: Sequence[Any]) -> None:
     raise error
 
 
-def index_error(step: CompiledKernel, nodes: Sequence[Any]) -> tuple[int, IndexOutOfRange]:
+def index_error(step: CompiledKernel, nodes: Sequence[Any] | Mapping[int, Any]) -> tuple[int, IndexOutOfRange]:
     """The first node whose index check failed in ``step`` (its ``err`` slots, which
     are cleared) and the error the reference raises there."""
     k = step.step.kernel

@@ -312,7 +312,7 @@ def test_a_paged_step_is_captured_and_replays_at_new_slots_tables_and_positions(
             bufs[k][...] = first[k]
         got = cap.observe(0, fused_step)
     assert cap.ready, cap.reason
-    kernels = [[n.op.name for n in map(seg.nodes.__getitem__, st.step.nodes)]
+    kernels = [[seg.names[n] for n in st.step.nodes]
                for seg in cap.segments or [] for st in seg.plan.steps]
     # per layer: the two scatters (one kernel each) and one attention chain; the only
     # gathers stored are the embedding's rows and the rotary tables' (read by 4 kernels
