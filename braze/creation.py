@@ -109,6 +109,15 @@ def zeros_now(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
     return t
 
 
+def zeros_untouched(*size: Any, dtype: Any = None) -> Tensor:
+    """Zeros on the CPU, recording nothing, whose pages stay out of memory until written
+    (``memory.zeroed``): for a big buffer of which only what is in use is written (a
+    paged KV pool), where ``zeros_now`` would make all of it resident at once."""
+    shape = _shape_arg("zeros", size)
+    d = _creation_dtype(dtype, dt.float32)
+    return Tensor(Storage(d, CPU, prod(shape), memory.zeroed(d.np, prod(shape), "zeros")), Layout.contiguous(shape))
+
+
 def zeros_like(x: Tensor, *, dtype: Any = None) -> Tensor:
     return zeros(x.shape, dtype=dtype or x.dtype)
 

@@ -42,7 +42,7 @@ import sys
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -101,6 +101,7 @@ _variants: dict[Any, int] = {}  # how many builds of each shape-free form compil
 _shapes: dict[Any, int] = {}  # how many shapes of each program (its ops and dtypes) were built, least recent first
 #: where each program's plans are: (trie entries, liveness, shape-free form) per plan, for eviction
 _homes: dict[Any, list[tuple[tuple[Any, ...], frozenset[int], Any]]] = {}
+_program_key: dict[Any, Any] = {}  # each program in ``_shapes`` to its key there (one object)
 
 
 def _shape_variants() -> int:
@@ -139,8 +140,10 @@ def _evict(program: Any) -> None:
                     break
                 del path[depth - 1].children[entries[depth - 1]]
                 node.dead = True
-        _variants.pop(shape_free, None)
+        if shape_free is not None:
+            _variants.pop(shape_free, None)
     _shapes.pop(program, None)
+    _program_key.pop(program, None)
 
 
 def stored_plans() -> Iterator[Plan]:
@@ -433,7 +436,7 @@ def _index_error(step: CompiledKernel, nodes: Sequence[Any]) -> None:
     raise error
 
 
-def index_error(step: CompiledKernel, nodes: Sequence[Any]) -> tuple[int, IndexOutOfRange]:
+def index_error(step: CompiledKernel, nodes: Sequence[Any] | Mapping[int, Any]) -> tuple[int, IndexOutOfRange]:
     """The first node whose index check failed in ``step`` (its ``err`` slots, which
     are cleared) and the error the reference raises there."""
     k = step.step.kernel
@@ -532,12 +535,16 @@ def execute(nodes: "deque[Any]") -> None:
                 if plan is None:
                     unfused = _NEW_SHAPES
                 else:
+                    # A program's shapes share one key (a server's 28 step buckets are one
+                    # program: each kept its own copy, ~0.2 MiB), and a plan keeps its
+                    # shape-free form only where it counts in ``_variants`` (0.4 MiB each).
+                    ops = _program_key.setdefault(ops, ops)
                     _shapes[ops] = _shapes.pop(ops, 0) + 1  # the most recent
                     if plan.compiled:
                         _variants[shape_free] = _variants.get(shape_free, 0) + 1
                     plan.program = ops
                     insert(entries, live, plan)
-                    _homes.setdefault(ops, []).append((tuple(entries), live, shape_free))
+                    _homes.setdefault(ops, []).append((tuple(entries), live, shape_free if plan.compiled else None))
                     # the cap counts programs, not their shapes (shapes replay generic kernels)
                     while len(_shapes) > max(1, _cap()):
                         _evict(next(iter(_shapes)))
@@ -614,6 +621,7 @@ def clear() -> None:
     _variants.clear()
     _shapes.clear()
     _homes.clear()
+    _program_key.clear()
     _ahead.clear()
 
 

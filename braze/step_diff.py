@@ -67,6 +67,7 @@ class Segment:
     values: list[MovingValue]
     steps: list[Any] = field(default_factory=list)
     arena: Any = None  # the plan's arena, held for the capture's life
+    names: list[str] = field(default_factory=list)  # each node's op, once ``nodes`` is dropped (a CPU replay)
 
     def move(self, node: int, j: int) -> Moving | None:
         """How operand ``j`` of ``node`` moves (``j < 0``: output ``-1 - j``, as a

@@ -15,7 +15,9 @@ import pytest
 import braze
 import braze.nn.functional as F
 from braze.errors import IndexOutOfRange
+from braze.nn.paged import PagedKVCache
 from braze.runtime.cpu import compiler_available
+from braze.serve.blocks import BlockPool
 
 pytestmark = pytest.mark.skipif(not compiler_available(), reason="no C compiler")
 
@@ -310,7 +312,7 @@ def test_a_paged_step_is_captured_and_replays_at_new_slots_tables_and_positions(
             bufs[k][...] = first[k]
         got = cap.observe(0, fused_step)
     assert cap.ready, cap.reason
-    kernels = [[n.op.name for n in map(seg.nodes.__getitem__, st.step.nodes)]
+    kernels = [[seg.names[n] for n in st.step.nodes]
                for seg in cap.segments or [] for st in seg.plan.steps]
     # per layer: the two scatters (one kernel each) and one attention chain; the only
     # gathers stored are the embedding's rows and the rotary tables' (read by 4 kernels
@@ -372,3 +374,34 @@ def test_new_batch_sizes_and_table_widths_compile_nothing(monkeypatch: Any, plan
         kw[slots] = new
         np.testing.assert_allclose(got, _np_attention(q, kw, vp0, table, pos, bs), rtol=2e-5, atol=2e-5)
     assert len(plan_builds) == 5 and not any(plan_builds[2:]), plan_builds
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def test_the_kv_pool_is_resident_only_where_written() -> None:
+    # a server's pool is sized for its whole budget; only the blocks written may cost memory
+    live = braze.stats()["live_bytes"]
+    before = _rss_kib()
+    k, v = PagedKVCache.pools(4096, 16, 3, 64)  # 48 MiB each
+    n = k._storage.array.nbytes
+    assert braze.stats()["live_bytes"] - live == 2 * n  # accounted for as held
+    assert _rss_kib() - before < 8 << 10
+    arr = k._storage.array
+    assert arr.ctypes.data % 4096 == 0 and arr.flags.writeable
+    arr[16 * 3 * 64:32 * 3 * 64] = 1.0  # block 1
+    assert _rss_kib() - before < 8 << 10
+    assert float(k.numpy()[:16].sum()) == 0 and float(k.numpy()[16:32].sum()) == 16 * 3 * 64
+    assert not v.numpy().any()
+
+
+def test_blocks_are_handed_out_lowest_first() -> None:
+    # so the pool's pages in use stay the most blocks ever held, not the whole pool
+    pool = BlockPool(8, 16)
+    got = [pool.allocate() for _ in range(4)]
+    assert got == [1, 2, 3, 4]
+    pool.release([3])
+    pool.release([1])
+    assert [pool.allocate(), pool.allocate(), pool.allocate()] == [1, 3, 5]

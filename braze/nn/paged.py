@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..creation import arange, from_numpy, zeros
+from ..creation import arange, from_numpy, zeros_untouched
 from ..dtypes import DType, float32
 from ..tensor import Tensor
 
@@ -52,9 +52,12 @@ class PagedKVCache:
     @classmethod
     def pools(cls, blocks: int, block_size: int, kv_heads: int, head_dim: int,
               dtype: DType = float32) -> tuple[Tensor, Tensor]:
-        """Zeroed key and value pools of ``blocks`` blocks."""
+        """Zeroed key and value pools of ``blocks`` blocks. Their pages stay out of memory
+        until a block in them is written (``zeros_untouched``): a server sized for its
+        whole budget holds only what its sequences used (blocks are handed out lowest
+        first, ``serve/blocks.py``), where a recorded fill made all of it resident."""
         shape = (blocks * block_size, kv_heads, head_dim)
-        return zeros(*shape, dtype=dtype).realize(), zeros(*shape, dtype=dtype).realize()
+        return zeros_untouched(*shape, dtype=dtype), zeros_untouched(*shape, dtype=dtype)
 
     @property
     def positions(self) -> Tensor:

@@ -90,7 +90,9 @@ class Driver:
     def __init__(self, segments: list[Segment]) -> None:
         fns, argvs, slots, base, delta = [], [], [], [], []
         errs, nchecks = [], []
-        self.checked: list[tuple[Any, list[Node]]] = []  # per kernel: its compiled step and its segment's nodes
+        # per kernel: its compiled step and the nodes its index checks name (what
+        # ``index_error`` reads), not the segment's every node (``Segment.names``)
+        self.checked: list[tuple[Any, dict[int, Node]]] = []
         vals, kinds, v0, dv = [], [], [], []
         ptr_size = ctypes.sizeof(ctypes.c_void_p)
         self.keep: list[Any] = []  # every array the C side points into
@@ -108,7 +110,8 @@ class Driver:
             for (kernel, ptrs, moving), step in zip(seg.steps, seg.plan.steps):
                 errs.append(None if step.err is None else ctypes.addressof(step.err))
                 nchecks.append(0 if step.err is None else len(step.err) // 2)
-                self.checked.append((step, seg.nodes))
+                checks = step.step.kernel.checks if step.err is not None else ()
+                self.checked.append((step, {c[0]: seg.nodes[c[0]] for c in checks}))
                 self.kernels.append(kernel)
                 fns.append(ctypes.cast(kernel.fn, ctypes.c_void_p).value)
                 argvs.append(ctypes.addressof(ptrs))

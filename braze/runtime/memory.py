@@ -164,6 +164,24 @@ def allocate(dtype: np.dtype, numel: int, op: str | None = None) -> np.ndarray:
     return view
 
 
+def zeroed(dtype: np.dtype, numel: int, op: str | None = None) -> np.ndarray:
+    """A flat array of ``numel`` zeros in an anonymous mapping of its own, never from the
+    pool: the OS supplies each page, zeroed, when it is first written, so the bytes
+    nobody writes never become resident. For a big buffer written a part at a time (the
+    server's paged KV pool, 257 MiB for SmolLM2, of which a few blocks are in use):
+    filled up front, or taken from the pool, all of it was resident from the start.
+    Page-aligned; unmapped when the array and every view of it are gone."""
+    import mmap
+    dtype = np.dtype(dtype)
+    nbytes = numel * dtype.itemsize
+    check(nbytes, op)
+    try:
+        buf = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE)  # (shared: counted as shmem, kept by a fork)
+    except OSError:
+        raise OutOfMemory(nbytes, available(), "cpu", op=op) from None
+    return adopt(np.frombuffer(buf, dtype=np.uint8, count=nbytes).view(dtype))
+
+
 #: the planner places a plan's buffers in its arena at multiples of this: a cache
 #: line, and the widest vector load (streaming stores need 32-byte alignment)
 ARENA_ALIGN = 64

@@ -103,6 +103,9 @@ class PagedRunner:
         self.max_width = -(-context_length // BLOCK_SIZE)
         model.reserve_positions(context_length)
         self.buckets: dict[tuple[int, int, int], _Bucket] = {}
+        # the captured buckets' logits, one buffer per size: steps run one at a time and
+        # each copies the rows it needs before the next (a bucket's own was 20 MiB in all)
+        self.outputs: dict[Any, np.ndarray] = {}
         self.rows = min(max_batch, DECODE_ROWS)  # rows of one decoding step
         # rows per turn while sequences decode: a full batch's step and half a step of
         # prompt tokens, so a prompt's turn costs ~1.6x a decoding step, not a prefill
@@ -299,7 +302,7 @@ class PagedRunner:
             index = PagedIndex(batch, tokens, width)
             ids, at = np.zeros((batch, tokens), np.int64), np.zeros(1, np.int64)
             caches = [PagedKVCache(kp, vp, BLOCK_SIZE, index) for kp, vp in self.pools]
-            cap = StepCapture(static=True) if self.capture and fusion_enabled() else None
+            cap = StepCapture(static=True, outputs=self.outputs) if self.capture and fusion_enabled() else None
             k = self.buckets[key] = _Bucket(index, ids, from_numpy(ids), at, from_numpy(at), caches, cap)
         return k
 
