@@ -366,7 +366,10 @@ static inline __attribute__((always_inline)) void braze_qblock(const int BS, con
         __m256i qv = _mm256_loadu_si256((const __m256i *)(q + 32 * u));
         __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * u));
         __m256i p = BRAZE_DPBUSD(_mm256_setzero_si256(), qv, xv);
-        if (xl) p = BRAZE_DPBUSD(_mm256_slli_epi32(p, 7), qv, _mm256_loadu_si256((const __m256i *)(xl + 32 * u)));
+        /* the lo dot in a chain of its own, joined once (the same integers): through the
+         * shift it waited on the hi dot's latency */
+        if (xl) p = _mm256_add_epi32(_mm256_slli_epi32(p, 7), BRAZE_DPBUSD(_mm256_setzero_si256(), qv,
+                                     _mm256_loadu_si256((const __m256i *)(xl + 32 * u))));
         __m256 sv = CH == 32 ? _mm256_set1_ps(s[u] * dx[u])
                              : _mm256_set_m128(_mm_set1_ps(s[2 * u + 1] * dx[u]), _mm_set1_ps(s[2 * u] * dx[u]));
         *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sv, *acc);
