@@ -56,10 +56,13 @@ BLOCK_SIZE = 16
 # ~3x as much for 16 rows as two steps of 8 (bench/RESULTS.md, fifth session).
 DECODE_ROWS = FEW
 # A prompt fed beside decoding rows takes only the step's padding rows (free: the step
-# costs the same) while that feeds all waiting prompt tokens within FREE_TURNS turns; a
-# second, smaller step per turn (1.6x a decoding turn) was the 8-client ITL tail. A
-# prompt cached up to its last block has at most 16 tokens left: at 7 decoders, 16 turns.
-FREE_TURNS = 16
+# costs the same) while that feeds all waiting prompt tokens within FREE_TURNS turns, else
+# a second, smaller step per turn (1.6x a decoding turn) feeds it. 16 turns (a whole
+# block's remainder at 7 decoders) kept that second step out of the 8-client ITL tail on
+# the Intel Xeon; on the AMD EPYC, 4 turns gave the same ITL P99 (38.7 ms both, 20 s runs)
+# at half the time to first token (P50 127-137 ms against 261-271, P99 222 against
+# 430-495; bench/RESULTS.md, eleventh session).
+FREE_TURNS = 4
 # With nobody decoding, a prompt of at most ROW_STEPS steps' rows is fed as rows of
 # decoding steps in one turn, not as a prefill chunk: the prefill program's GEMM
 # dequantizes every weight (~240 ms at 1 thread for 16 tokens, ~6x a step of 8 rows).
