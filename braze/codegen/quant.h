@@ -820,6 +820,77 @@ static inline __attribute__((always_inline)) void braze_qs_dots(const int R, con
 }
 #define BRAZE_QSTRIPS_direct BRAZE_QSTRIPS_unpack  /* no 512-bit VNNI: every type unpacks */
 #endif
+
+/* ---- one x row, int8x2 (mode 3), the types of blocks of 32 ---------------------------
+ * braze_mv unpacks each block of R rows of W into scratch and dots it from there. Q4_0,
+ * Q5_0 and Q8_0 (32 values under one scale, the offset a multiple of it) unpack it in
+ * registers instead (braze_qr_##T), their scale and offset as braze_unpack_##T has
+ * them: the same integers, products and sums, bit for bit, 5-13% faster at one row on
+ * the AMD EPYC; Q4_1 and Q5_1 (a second float16, the offset) measured 7-9% slower so,
+ * and keep braze_mv's (bench/RESULTS.md, eleventh session). BRAZE_MV1_##T says which. */
+#if defined(BRAZE_VNNI) && defined(__AVX512BW__) && defined(__AVX512VL__)
+static inline __m256i braze_qr_nibbles(const uint8_t *p) {  /* low nibbles, then high ones */
+    const __m128i v = _mm_loadu_si128((const __m128i *)p), f = _mm_set1_epi8(15);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, f)), _mm_and_si128(_mm_srli_epi16(v, 4), f), 1);
+}
+static inline __m256i braze_qr_bits(const uint8_t *qh) {  /* bit i of the word at qh as 16 in byte i */
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    return _mm256_maskz_set1_epi8(h, 16);
+}
+static inline __m256i braze_qr_q4_0(const uint8_t *b, float *s, float *o) {
+    *s = braze_q_f16(b); *o = -8.0f * *s; return braze_qr_nibbles(b + 2);
+}
+static inline __m256i braze_qr_q5_0(const uint8_t *b, float *s, float *o) {
+    *s = braze_q_f16(b); *o = -16.0f * *s; return _mm256_or_si256(braze_qr_nibbles(b + 6), braze_qr_bits(b + 2));
+}
+static inline __m256i braze_qr_q8_0(const uint8_t *b, float *s, float *o) {
+    *s = braze_q_f16(b); *o = -128.0f * *s;
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 2)), _mm256_set1_epi8((char)0x80));
+}
+#define BRAZE_MV1_REGS(T, TS)                                                                                 \
+static inline __attribute__((always_inline)) int braze_mv1_##T(const int R, int64_t k, const uint8_t *w,     \
+        int64_t ldw, const void *x, const float *dx, const float *xs, float *y) {                            \
+    const int8_t *xh = (const int8_t *)x, *xl = xh + braze_qs_pad(k);                                        \
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};    \
+    float off[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                 \
+    for (int64_t b = 0; b < k / 32; b++) {                                                                   \
+        for (int r = 0; r < R; r++)  /* as braze_mv: 8R rows ahead into L2 */                                \
+            for (int l = 0; l < TS; l += 64) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS + l, 0, 2);  \
+        const __m256i xv = _mm256_loadu_si256((const __m256i *)(xh + 32 * b));                               \
+        const __m256i xw = _mm256_loadu_si256((const __m256i *)(xl + 32 * b));                               \
+        for (int r = 0; r < R; r++) {                                                                        \
+            float s, o;                                                                                      \
+            const __m256i qv = braze_qr_##T(w + r * ldw + b * TS, &s, &o);                                   \
+            off[r] += o * xs[b];                                                                             \
+            __m256i p = BRAZE_DPBUSD(_mm256_setzero_si256(), qv, xv);                                        \
+            p = _mm256_add_epi32(_mm256_slli_epi32(p, 7), BRAZE_DPBUSD(_mm256_setzero_si256(), qv, xw));     \
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(s * dx[b]), acc[r]);              \
+        }                                                                                                    \
+    }                                                                                                        \
+    for (int r = 0; r < R; r++) y[r] = braze_qacc_sum(acc[r]) + off[r];                                      \
+    return 1;                                                                                                \
+}
+#else
+#define BRAZE_MV1_REGS BRAZE_MV1_NONE
+#endif
+/* the other types (and without AVX-512): none, braze_mv unpacks */
+#define BRAZE_MV1_NONE(T, TS)                                                                                 \
+static inline int braze_mv1_##T(const int R, int64_t k, const uint8_t *w, int64_t ldw, const void *x,         \
+        const float *dx, const float *xs, float *y) {                                                        \
+    (void)R; (void)k; (void)w; (void)ldw; (void)x; (void)dx; (void)xs; (void)y;                             \
+    return 0;                                                                                                \
+}
+#define BRAZE_MV1_q4_0 BRAZE_MV1_REGS
+#define BRAZE_MV1_q4_1 BRAZE_MV1_NONE
+#define BRAZE_MV1_q5_0 BRAZE_MV1_REGS
+#define BRAZE_MV1_q5_1 BRAZE_MV1_NONE
+#define BRAZE_MV1_q8_0 BRAZE_MV1_REGS
+#define BRAZE_MV1_q2_k BRAZE_MV1_NONE
+#define BRAZE_MV1_q3_k BRAZE_MV1_NONE
+#define BRAZE_MV1_q4_k BRAZE_MV1_NONE
+#define BRAZE_MV1_q5_k BRAZE_MV1_NONE
+#define BRAZE_MV1_q6_k BRAZE_MV1_NONE
 /* out[x * BRAZE_QEPN + r] += the offsets of R W rows (o, nch chunks each) for m x
  * rows: o times x's chunk sums, stored chunk-major (xs[c * BRAZE_QFEW + x]) so that a
  * chunk's sums are one vector, a lane per x row (a dot over chunks per pair of rows,
@@ -927,8 +998,10 @@ static void braze_rowf_##T(const uint8_t *w, int64_t k, float *out) {           
 }                                                                                                            \
 /* R rows of W (R a literal) against one x row, as MODE says: x float (0), int8 (1),   \
  * int16 (2) or int8x2 (3) in blocks of 32 with scales dx; y[0..R) */                                                      \
+BRAZE_MV1_##T(T, TS)                                                                                         \
 static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int64_t k, const uint8_t *w,      \
         int64_t ldw, const void *x, const float *dx, const float *xs, float *y) {                             \
+    if (MODE == 3 && braze_mv1_##T(R, k, w, ldw, x, dx, xs, y)) return;                                      \
     braze_vf accf[4] = {{0}, {0}, {0}, {0}};                                                                 \
     braze_qacc acci[4] = {BRAZE_QACC_ZERO, BRAZE_QACC_ZERO, BRAZE_QACC_ZERO, BRAZE_QACC_ZERO};               \
     float off[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                 \
