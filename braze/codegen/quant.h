@@ -823,11 +823,12 @@ static inline __attribute__((always_inline)) void braze_qs_dots(const int R, con
 
 /* ---- one x row, int8x2 (mode 3), the types of blocks of 32 ---------------------------
  * braze_mv unpacks each block of R rows of W into scratch and dots it from there. Q4_0,
- * Q5_0 and Q8_0 (32 values under one scale, the offset a multiple of it) unpack it in
- * registers instead (braze_qr_##T), their scale and offset as braze_unpack_##T has
- * them: the same integers, products and sums, bit for bit, 5-13% faster at one row on
- * the AMD EPYC; Q4_1 and Q5_1 (a second float16, the offset) measured 7-9% slower so,
- * and keep braze_mv's (bench/RESULTS.md, eleventh session). BRAZE_MV1_##T says which. */
+ * Q4_1, Q5_0 and Q8_0 (32 values under one scale) unpack it in registers instead
+ * (braze_qr_##T), their scale and offset as braze_unpack_##T has them (Q4_1's two
+ * float16 words in one conversion: one at a time it was 7-9% slower than the scratch):
+ * the same integers, products and sums, bit for bit, 5-13% faster at one row on the AMD
+ * EPYC; Q5_1 measured the same and keeps braze_mv's (bench/RESULTS.md, eleventh
+ * session). BRAZE_MV1_##T says which. */
 #if defined(BRAZE_VNNI) && defined(__AVX512BW__) && defined(__AVX512VL__)
 static inline __m256i braze_qr_nibbles(const uint8_t *p) {  /* low nibbles, then high ones */
     const __m128i v = _mm_loadu_si128((const __m128i *)p), f = _mm_set1_epi8(15);
@@ -840,6 +841,15 @@ static inline __m256i braze_qr_bits(const uint8_t *qh) {  /* bit i of the word a
 }
 static inline __m256i braze_qr_q4_0(const uint8_t *b, float *s, float *o) {
     *s = braze_q_f16(b); *o = -8.0f * *s; return braze_qr_nibbles(b + 2);
+}
+static inline void braze_qr_f16x2(const uint8_t *b, float *s, float *o) {  /* two float16 words, one conversion */
+    uint32_t u;
+    memcpy(&u, b, 4);
+    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)u));
+    *s = _mm_cvtss_f32(f); *o = _mm_cvtss_f32(_mm_movehdup_ps(f));
+}
+static inline __m256i braze_qr_q4_1(const uint8_t *b, float *s, float *o) {
+    braze_qr_f16x2(b, s, o); return braze_qr_nibbles(b + 4);
 }
 static inline __m256i braze_qr_q5_0(const uint8_t *b, float *s, float *o) {
     *s = braze_q_f16(b); *o = -16.0f * *s; return _mm256_or_si256(braze_qr_nibbles(b + 6), braze_qr_bits(b + 2));
@@ -882,7 +892,7 @@ static inline int braze_mv1_##T(const int R, int64_t k, const uint8_t *w, int64_
     return 0;                                                                                                \
 }
 #define BRAZE_MV1_q4_0 BRAZE_MV1_REGS
-#define BRAZE_MV1_q4_1 BRAZE_MV1_NONE
+#define BRAZE_MV1_q4_1 BRAZE_MV1_REGS
 #define BRAZE_MV1_q5_0 BRAZE_MV1_REGS
 #define BRAZE_MV1_q5_1 BRAZE_MV1_NONE
 #define BRAZE_MV1_q8_0 BRAZE_MV1_REGS
