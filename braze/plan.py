@@ -380,7 +380,7 @@ def _plan_path(key: Any) -> Path | None:
 _NO_ARENA = np.empty(0, np.uint8)
 
 
-def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any], shifts: Sequence[Sequence[int]] = ()) -> None:
+def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any], shifted: Sequence[Sequence[int]] = ()) -> None:
     nthreads = cpu.get_num_threads()
     arena = memory.arena(plan.arena_bytes) if plan.offsets else _NO_ARENA
     base = arena.ctypes.data if plan.offsets else 0
@@ -402,7 +402,7 @@ def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any], shifts: Sequence
                     if st.array is None:
                         st.array = memory.allocate(st.dtype.np, st.numel, "kernel")
                 ptrs = (ctypes.c_void_p * (len(kstep.args) + len(step.extra)))(*[
-                    storages[k].address() + s for k, s in zip(kstep.args, shifts[i])] if shifts else [
+                    storages[k].address() + s for k, s in zip(kstep.args, shifted[i])] if shifted else [
                     storages[k].address() if r is None else
                     storages[k].address() + storages[k].dtype.nbytes(operand(nodes[r[0]], r[1]).layout.offset)
                     for k, r in zip(kstep.args, kstep.refs)], *step.extra)
