@@ -598,7 +598,7 @@ def stored(copy: plan_trie.FormCopy, live: frozenset[int]) -> tuple[Plan, frozen
 
 def shifts(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> list[tuple[int, ...]]:
     """Per step, the byte offset of each kernel argument into its storage, as ``nodes``'
-    layouts place it (0 for an extern step's none): what ``run_stored`` adds to the
+    layouts place it (an extern step: none): what ``run_stored`` adds to the
     storages' addresses. A recording's layouts are fixed, so jit takes them once."""
     return [tuple(0 if r is None else storages[k].dtype.nbytes(operand(nodes[r[0]], r[1]).layout.offset)
                   for k, r in zip(s.step.args, s.step.refs)) if isinstance(s, CompiledKernel) else ()

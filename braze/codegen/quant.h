@@ -830,14 +830,11 @@ static inline __attribute__((always_inline)) void braze_qs_dots(const int R, con
  * EPYC; Q5_1 measured the same and keeps braze_mv's (bench/RESULTS.md, eleventh
  * session). BRAZE_MV1_##T says which. */
 #if defined(BRAZE_VNNI) && defined(__AVX512BW__) && defined(__AVX512VL__)
-static inline __m256i braze_qr_nibbles(const uint8_t *p) {  /* low nibbles, then high ones */
+/* braze_nibbles32's values in a register: spelled in intrinsics, as its shufflevector
+ * compiled here they were 3-5% slower (Q4_0, Q4_1 at one row) */
+static inline __m256i braze_qr_nibbles(const uint8_t *p) {
     const __m128i v = _mm_loadu_si128((const __m128i *)p), f = _mm_set1_epi8(15);
     return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, f)), _mm_and_si128(_mm_srli_epi16(v, 4), f), 1);
-}
-static inline __m256i braze_qr_bits(const uint8_t *qh) {  /* bit i of the word at qh as 16 in byte i */
-    uint32_t h;
-    memcpy(&h, qh, 4);
-    return _mm256_maskz_set1_epi8(h, 16);
 }
 static inline __m256i braze_qr_q4_0(const uint8_t *b, float *s, float *o) {
     *s = braze_q_f16(b); *o = -8.0f * *s; return braze_qr_nibbles(b + 2);
@@ -852,7 +849,7 @@ static inline __m256i braze_qr_q4_1(const uint8_t *b, float *s, float *o) {
     braze_qr_f16x2(b, s, o); return braze_qr_nibbles(b + 4);
 }
 static inline __m256i braze_qr_q5_0(const uint8_t *b, float *s, float *o) {
-    *s = braze_q_f16(b); *o = -16.0f * *s; return _mm256_or_si256(braze_qr_nibbles(b + 6), braze_qr_bits(b + 2));
+    *s = braze_q_f16(b); *o = -16.0f * *s; return _mm256_or_si256(braze_qr_nibbles(b + 6), (__m256i)braze_bits32(b + 2));
 }
 static inline __m256i braze_qr_q8_0(const uint8_t *b, float *s, float *o) {
     *s = braze_q_f16(b); *o = -128.0f * *s;
