@@ -50,8 +50,10 @@ def weight(qtype: GGMLType, n: int, k: int, seed: int = 0, scale: float = 0.05) 
 
 
 def levels(qtype: str, m: int) -> int:
-    """The integer range x is rounded to for this type's decoding dot (0: x stays float)."""
-    return qk.LEVELS[qk.MODE.get(qtype, 0) if m <= 8 else 0]
+    """The integer range x is rounded to for this type's dot at m rows (0: x stays float;
+    a mode other than int8x2 takes the float GEMM past quant.FEW rows)."""
+    mode = qk.MODE.get(qtype, 0)
+    return qk.LEVELS[mode if m <= qk.FEW or mode == 3 else 0]
 
 
 def tolerance(w: np.ndarray, x: np.ndarray, top: int) -> np.ndarray:
@@ -74,7 +76,7 @@ def check(y: np.ndarray, w: np.ndarray, x: np.ndarray, qtype: str) -> None:
 
 
 @pytest.mark.parametrize("qtype", QUANT, ids=lambda t: t.name)
-@pytest.mark.parametrize("m", [1, 3, 8, 9, 37])
+@pytest.mark.parametrize("m", [1, 3, 8, 9, 16, 17, 37, 64, 65, 130])
 def test_qlinear_matches_float64(qtype: GGMLType, m: int) -> None:
     k = 512 if qtype.name.endswith("_K") else 96
     w, wf = weight(qtype, 37, k, seed=m)  # 37 rows: not a multiple of 4, nor of a vector
@@ -192,13 +194,9 @@ def test_model_weights_stay_quantized(smollm: Any) -> None:
     assert blk.attn_norm.weight.dtype is braze.float32
 
 
-@pytest.mark.parametrize("mode", sorted(qk.LEVELS))
-@pytest.mark.parametrize("qtype", [GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q3_K, GGMLType.Q6_K],
-                         ids=lambda t: t.name)
-def test_every_decoding_mode_of_the_kernel(qtype: GGMLType, mode: int) -> None:
-    """The kernel's four decoding dots (float, int8, int16, int8x2), whichever MODE picks for
-    a type, built directly from quant.h and called on numpy arrays: each within its
-    own rounding bound of the float64 product."""
+def built_kernel(qtype: GGMLType, m: int, n: int, k: int, mode: int, flags: tuple[str, ...] = ()) -> Any:
+    """``y = x @ w.T`` as one kernel built directly from quant.h in ``mode``, with braze's
+    compiler flags and ``flags`` after them: ``fn(x, raw, y)`` on numpy arrays."""
     import ctypes
 
     from braze.codegen.c import kernel_source
@@ -206,20 +204,65 @@ def test_every_decoding_mode_of_the_kernel(qtype: GGMLType, mode: int) -> None:
     from braze.codegen.headers import header
     from braze.runtime import cpu
     from braze.schedule.epilogue import plain
-    n, k, m = 13, 512, 2
-    w, wf = weight(qtype, n, k, seed=20 + mode)
-    raw = w._storage.array
-    x = np.random.default_rng(mode).standard_normal((m, k)).astype(np.float32)
     body = kernel_source(plain(qtype.name, m, n, k, k, DTYPES[qtype].nbytes(k), 0, 0), "kq")
     src = "\n".join([header("cmath.h"), header("tile.h"), PRELUDE,
                      qk.instantiations([body], {qtype.name: mode}), body])
-    fn = cpu.compile_c(src, ["kq"]).function("kq", [ctypes.c_void_p, ctypes.c_int64])
+    fn = cpu.compile_c(src, ["kq"], flags=(*cpu.FLAGS, *flags)).function("kq", [ctypes.c_void_p, ctypes.c_int64])
+
+    def call(x: np.ndarray, raw: np.ndarray, y: np.ndarray) -> None:
+        fn((ctypes.c_void_p * 3)(x.ctypes.data, raw.ctypes.data, y.ctypes.data), 2)
+    return call
+
+
+@pytest.mark.parametrize("mode", sorted(qk.LEVELS))
+@pytest.mark.parametrize("qtype", [GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q3_K, GGMLType.Q6_K],
+                         ids=lambda t: t.name)
+def test_every_decoding_mode_of_the_kernel(qtype: GGMLType, mode: int) -> None:
+    """The kernel's four decoding dots (float, int8, int16, int8x2), whichever MODE picks for
+    a type, built directly from quant.h and called on numpy arrays: each within its
+    own rounding bound of the float64 product."""
+    n, k, m = 13, 512, 2
+    w, wf = weight(qtype, n, k, seed=20 + mode)
+    x = np.random.default_rng(mode).standard_normal((m, k)).astype(np.float32)
     y = np.zeros((m, n), np.float32)
-    args = (ctypes.c_void_p * 3)(x.ctypes.data, raw.ctypes.data, y.ctypes.data)
-    fn(args, 1)
+    built_kernel(qtype, m, n, k, mode)(x, w._storage.array, y)
     ref = x.astype(np.float64) @ wf.T
     tol = tolerance(wf, x.astype(np.float64), qk.LEVELS[mode])
     assert np.all(np.abs(y - ref) <= tol)
+
+
+def _cpu_has(flag: str) -> bool:
+    try:
+        return any(line.startswith("flags") and f" {flag} " in f"{line} " for line in open("/proc/cpuinfo"))
+    except OSError:
+        return False
+
+
+# Each instruction set's build of the int8x2 strips: 512-bit VNNI (x rows in the lanes),
+# 256-bit AVX-VNNI (W's blocks in the lanes) and plain C. Where the CPU lacks one, the
+# build is compiled and not run (its instructions would fault).
+VECTOR_BUILDS = {"native": ((), None), "no-avx512": (("-mno-avx512f",), None),
+                 "avx-vnni": (("-mno-avx512f", "-mavxvnni"), "avx_vnni")}
+
+
+@pytest.mark.parametrize("build", list(VECTOR_BUILDS))
+@pytest.mark.parametrize("qtype", [GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K],
+                         ids=lambda t: t.name)
+def test_batched_rows_on_every_vector_width(qtype: GGMLType, build: str) -> None:
+    """Many x rows in int8x2 (the strips: groups of 16 rows, passes of 64, a last group
+    of 1..15): every row within its rounding bound of the float64 product."""
+    flags, needs = VECTOR_BUILDS[build]
+    n, k = 21, 512
+    w, wf = weight(qtype, n, k, seed=7)
+    for m in (2, 9, 17, 70):
+        fn = built_kernel(qtype, m, n, k, 3, flags)
+        if needs and not _cpu_has(needs):
+            continue  # built, not run
+        x = np.random.default_rng(m).standard_normal((m, k)).astype(np.float32)
+        y = np.zeros((m, n), np.float32)
+        fn(x, w._storage.array, y)
+        err = np.abs(y - x.astype(np.float64) @ wf.T)
+        assert np.all(err <= tolerance(wf, x.astype(np.float64), qk.LEVELS[3])), (build, m)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -54,9 +54,10 @@ def _functions(qtype: str) -> list[tuple[str, str, str]]:
 
 
 def _body(qtype: str) -> str:
-    """What the library compiles before its exported wrappers: the headers quant.h needs,
-    quant.h and the type's instantiation (in the mode codegen/quant.py picks)."""
-    return "\n".join([header("tile.h"), header("quant.h"), QTYPES[qtype].format(mode=MODE.get(qtype, 0))])
+    """What the library compiles before its exported wrappers: the headers quant.h needs
+    (tile.h, quant_blocks.h), quant.h and the type's instantiation (in the mode codegen/quant.py picks)."""
+    return "\n".join([header("tile.h"), header("quant_blocks.h"), header("quant.h"),
+                      QTYPES[qtype].format(mode=MODE.get(qtype, 0))])
 
 
 @functools.cache

@@ -13,457 +13,30 @@
  * taken from the float values. The integer dot is AVX-512 VNNI's vpdpbusd (or
  * AVX-VNNI's) where -march=native has it, else a plain loop gcc vectorises.
  *
- * Few rows (decoding): one x row is dotted block by block with four W rows unpacked
- * in registers (matrix-vector, reads each weight byte once); 2..BRAZE_QFEW rows (a
- * batched step) take strips of W read once for every x row (with 512-bit VNNI, the x
- * rows in one register's lanes against a broadcast W row); rows of W in parallel.
- * Many rows (prefill): a block of NT rows of W is dequantized to float once, stored
- * as the k x NT packed tile braze_mm (tile.h) reads, and multiplied by every x row.
- * Float weights (F32, F16, BF16) take the same GEMM path for many rows; at few rows,
- * four W rows at a time are converted in registers and dotted with float x.
+ * One x row (decoding): dotted block by block with four W rows unpacked in registers
+ * (matrix-vector, reads each weight byte once). More rows in int8x2 (a batched step, a
+ * prompt's prefill) take strips of W read once for every x row (with 512-bit VNNI, 16
+ * x rows in one register's lanes against a broadcast W row), groups of 16 rows against
+ * the same strip while it is in L1; rows of W in parallel. The other modes' many rows
+ * (past BRAZE_QFEW), and float weights' (F32, F16, BF16), take the GEMM: a block of NT
+ * rows of W is dequantized to float once, stored as the k x NT packed tile braze_mm
+ * (tile.h) reads, and multiplied by every x row; float weights' few rows are converted
+ * in registers, four W rows at a time, and dotted with float x.
  *
  * Types are entries of one table (braze/codegen/quant.py): an unpack function
- * braze_unpack_<type>(block, q, s, o) per type and an instantiation of
+ * braze_unpack_<type>(block, q, s, o) per type (quant_blocks.h, with x's quantizing
+ * and one block's dots, included before this) and an instantiation of
  * BRAZE_QLINEAR(type, ...). Reading past W, x or y never happens: rows are whole
  * blocks, which the recording checks.
  */
-#include <stdint.h>
-#include <string.h>
-#include <math.h>
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__) || defined(__AVXVNNI__)
-#define BRAZE_VNNI 1
-#endif
-#if defined(BRAZE_VNNI) || defined(__F16C__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
-
-static inline float braze_q_h2f(uint16_t h) {
-    /* float16 -> float32, exact (scales are float16 in every block) */
-#ifdef __F16C__
-    return _cvtsh_ss(h);
-#endif
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, em = h & 0x7fff;
-    union { uint32_t u; float f; } v;
-    if (em >= 0x7c00) v.u = sign | 0x7f800000u | ((uint32_t)(em & 0x3ff) << 13);
-    else if (em >= 0x0400) v.u = sign | ((em + ((127 - 15) << 10)) << 13);
-    else { v.f = (float)em * 5.9604644775390625e-08f; v.u |= sign; }
-    return v.f;
-}
-static inline uint16_t braze_q_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static inline float braze_q_f16(const uint8_t *p) { return braze_q_h2f(braze_q_u16(p)); }
-
-/* ---- unpackers: one block -> q[BS] (0..255), s[BS/CH], o[BS/CH] -------------------
- * In GCC vector types (16 or 32 bytes at a time): byte by byte, gcc left the nibble
- * loops scalar (q may alias the block), and unpacking cost 10x the dot product. */
-
-typedef uint8_t braze_u8x16 __attribute__((vector_size(16), aligned(1), may_alias));
-typedef uint8_t braze_u8x32 __attribute__((vector_size(32), aligned(1), may_alias));
-#define BRAZE_U16(p) (*(const braze_u8x16 *)(p))
-#define BRAZE_U32(p) (*(const braze_u8x32 *)(p))
-#define BRAZE_PUT32(p, v) (*(braze_u8x32 *)(p) = (v))
-
-/* 8 bytes (signed or not: `sign` a literal where inlined) as floats; gcc converts them
- * byte by byte through scalar registers otherwise */
-static inline __attribute__((always_inline)) braze_v8 braze_bytes_to_v8(const void *p, const int sign) {
-#if defined(__AVX2__)
-    __m128i b = _mm_loadl_epi64((const __m128i *)p);
-    return (braze_v8)_mm256_cvtepi32_ps(sign ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
-#else
-    braze_v8 r;
-    for (int i = 0; i < 8; i++) r[i] = sign ? (float)((const int8_t *)p)[i] : (float)((const uint8_t *)p)[i];
-    return r;
-#endif
-}
-/* 16 chunks' scales, d times the signed bytes sc, and offsets, bias times the scales */
-static inline void braze_k16_scales(const int8_t *sc, float d, float bias, float *s, float *o) {
-    for (int h = 0; h < 16; h += 8) {
-        braze_v8 v = d * braze_bytes_to_v8(sc + h, 1);
-        braze_v8_store(s + h, v);
-        braze_v8_store(o + h, bias * v);
-    }
-}
-static inline void braze_nibbles32(const uint8_t *restrict qs, uint8_t *restrict q) {
-    /* one 32-byte store: two 16-byte ones read back as one vector miss store forwarding */
-    braze_u8x16 v = BRAZE_U16(qs);
-    BRAZE_PUT32(q, __builtin_shufflevector(v & 15, v >> 4, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
-                                           16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31));
-}
-/* bit i of the little-endian 32-bit word at qh, as 16 in byte i */
-static inline braze_u8x32 braze_bits32(const uint8_t *qh) {
-#if defined(__AVX512BW__) && defined(__AVX512VL__)
-    uint32_t h;
-    memcpy(&h, qh, 4);
-    return (braze_u8x32)_mm256_movm_epi8(h) & 16;  /* one instruction: bit i -> byte i */
-#endif
-    const braze_u8x32 sel = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
-                             1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-    braze_u8x32 b = {qh[0], qh[0], qh[0], qh[0], qh[0], qh[0], qh[0], qh[0], qh[1], qh[1], qh[1], qh[1], qh[1], qh[1],
-                     qh[1], qh[1], qh[2], qh[2], qh[2], qh[2], qh[2], qh[2], qh[2], qh[2], qh[3], qh[3], qh[3], qh[3],
-                     qh[3], qh[3], qh[3], qh[3]};
-    return (braze_u8x32)((b & sel) != 0) & 16;
-}
-static inline void braze_unpack_q4_0(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
-    float d = braze_q_f16(b); braze_nibbles32(b + 2, q); s[0] = d; o[0] = -8.0f * d;
-}
-static inline void braze_unpack_q4_1(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
-    braze_nibbles32(b + 4, q); s[0] = braze_q_f16(b); o[0] = braze_q_f16(b + 2);
-}
-static inline void braze_unpack_q5_0(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
-    float d = braze_q_f16(b);
-    braze_nibbles32(b + 6, q);
-    BRAZE_PUT32(q, BRAZE_U32(q) | braze_bits32(b + 2));
-    s[0] = d; o[0] = -16.0f * d;
-}
-static inline void braze_unpack_q5_1(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
-    braze_nibbles32(b + 8, q);
-    BRAZE_PUT32(q, BRAZE_U32(q) | braze_bits32(b + 4));
-    s[0] = braze_q_f16(b); o[0] = braze_q_f16(b + 2);
-}
-static inline void braze_unpack_q8_0(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
-    float d = braze_q_f16(b);
-    BRAZE_PUT32(q, BRAZE_U32(b + 2) ^ 0x80);  /* int8 + 128 */
-    s[0] = d; o[0] = -128.0f * d;
-}
-/* Q2_K: scales[16] (low nibble scale, high nibble min), qs[64], d, dmin; 2-bit values,
- * element 128 n + 32 j + l is bits 2j of qs[32 n + l]; chunks of 16 in element order. */
-static inline void braze_unpack_q2_k(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
-    const uint8_t *sc = b, *qs = b + 16;
-    float d = braze_q_f16(b + 80), dmin = braze_q_f16(b + 82);
-    for (int n = 0; n < 2; n++) {
-        braze_u8x32 v = BRAZE_U32(qs + 32 * n);
-        for (int j = 0; j < 4; j++) BRAZE_PUT32(q + 128 * n + 32 * j, (v >> (2 * j)) & 3);
-    }
-    braze_u8x16 v = BRAZE_U16(sc), lo = v & 15, hi = v >> 4;
-    for (int h = 0; h < 16; h += 8) {
-        braze_v8_store(s + h, d * braze_bytes_to_v8((const uint8_t *)&lo + h, 0));
-        braze_v8_store(o + h, -dmin * braze_bytes_to_v8((const uint8_t *)&hi + h, 0));
-    }
-}
-/* 6-bit signed scales of Q3_K, 16 of them packed in 12 bytes */
-static inline void braze_q3k_scales(const uint8_t *p, int8_t *out) {
-    uint32_t a[4];
-    memcpy(a, p, 12);
-    uint32_t t = a[2];
-    a[2] = ((a[0] >> 4) & 0x0f0f0f0fu) | (((t >> 4) & 0x03030303u) << 4);
-    a[3] = ((a[1] >> 4) & 0x0f0f0f0fu) | (((t >> 6) & 0x03030303u) << 4);
-    a[0] = (a[0] & 0x0f0f0f0fu) | (((t >> 0) & 0x03030303u) << 4);
-    a[1] = (a[1] & 0x0f0f0f0fu) | (((t >> 2) & 0x03030303u) << 4);
-    memcpy(out, a, 16);
-    for (int i = 0; i < 16; i++) out[i] = (int8_t)(out[i] - 32);
-}
-/* Q3_K: hmask[32], qs[64], scales[12], d; value = 2 low bits + 4 * high bit - 4,
- * the high bit of element 128 n + 32 j + l is bit 4n + j of hmask[l] */
-static inline void braze_unpack_q3_k(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
-    const uint8_t *qs = b + 32;
-    braze_u8x32 hm = BRAZE_U32(b);
-    int8_t sc[16];
-    braze_q3k_scales(b + 96, sc);
-    float d = braze_q_f16(b + 108);
-    for (int n = 0; n < 2; n++) {
-        braze_u8x32 v = BRAZE_U32(qs + 32 * n);
-        for (int j = 0; j < 4; j++)
-            BRAZE_PUT32(q + 128 * n + 32 * j, ((v >> (2 * j)) & 3) | (((hm >> (4 * n + j)) & 1) << 2));
-    }
-    braze_k16_scales(sc, d, -4.0f, s, o);
-}
-/* The 6-bit scales and mins of Q4_K/Q5_K, 8 of each packed in 12 bytes (scale j < 4:
- * the low 6 bits of byte j, min j: of byte j + 4; j >= 4: the nibbles of byte j + 4 and
- * the top 2 bits of bytes j - 4 and j), four at a time in 32-bit words (a scalar loop
- * of byte picks was a third of Q4_K's time), times d and -dmin. */
-static inline void braze_k4_scales(const uint8_t *p, float d, float dmin, float *s, float *o) {
-    uint32_t a[3], v[4];
-    memcpy(a, p, 12);
-    v[0] = a[0] & 0x3f3f3f3fu;                                                /* scales 0..3 */
-    v[1] = (a[2] & 0x0f0f0f0fu) | (((a[0] >> 6) & 0x03030303u) << 4);        /* scales 4..7 */
-    v[2] = a[1] & 0x3f3f3f3fu;                                                /* mins 0..3 */
-    v[3] = ((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4); /* mins 4..7 */
-    const uint8_t *b = (const uint8_t *)v;
-    braze_v8_store(s, d * braze_bytes_to_v8(b, 0));
-    braze_v8_store(o, -dmin * braze_bytes_to_v8(b + 8, 0));
-}
-static inline void braze_unpack_q4_k(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
-    float d = braze_q_f16(b), dmin = braze_q_f16(b + 2);
-    const uint8_t *qs = b + 16;
-    for (int j = 0; j < 4; j++) {
-        braze_u8x32 v = BRAZE_U32(qs + 32 * j);
-        BRAZE_PUT32(q + 64 * j, v & 15);
-        BRAZE_PUT32(q + 64 * j + 32, v >> 4);
-    }
-    braze_k4_scales(b + 4, d, dmin, s, o);
-}
-static inline void braze_unpack_q5_k(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
-    float d = braze_q_f16(b), dmin = braze_q_f16(b + 2);
-    braze_u8x32 qh = BRAZE_U32(b + 16);
-    const uint8_t *qs = b + 48;
-    for (int j = 0; j < 4; j++) {
-        braze_u8x32 v = BRAZE_U32(qs + 32 * j);
-        BRAZE_PUT32(q + 64 * j, (v & 15) | (((qh >> (2 * j)) & 1) << 4));
-        BRAZE_PUT32(q + 64 * j + 32, (v >> 4) | (((qh >> (2 * j + 1)) & 1) << 4));
-    }
-    braze_k4_scales(b + 4, d, dmin, s, o);
-}
-/* Q6_K: ql[128], qh[64], scales[16] (int8), d; value = 4 low + 2 high bits - 32 */
-static inline void braze_unpack_q6_k(const uint8_t *restrict b, uint8_t *restrict q, float *s, float *o) {
-    const int8_t *sc = (const int8_t *)(b + 192);
-    float d = braze_q_f16(b + 208);
-    for (int n = 0; n < 2; n++) {
-        braze_u8x32 l0 = BRAZE_U32(b + 64 * n), l1 = BRAZE_U32(b + 64 * n + 32), h = BRAZE_U32(b + 128 + 32 * n);
-        uint8_t *Q = q + 128 * n;
-        BRAZE_PUT32(Q, (l0 & 15) | ((h & 3) << 4));
-        BRAZE_PUT32(Q + 32, (l1 & 15) | (((h >> 2) & 3) << 4));
-        BRAZE_PUT32(Q + 64, (l0 >> 4) | (((h >> 4) & 3) << 4));
-        BRAZE_PUT32(Q + 96, (l1 >> 4) | (((h >> 6) & 3) << 4));
-    }
-    braze_k16_scales(sc, d, -32.0f, s, o);
-}
-
-/* ---- float rows: F32, F16, BF16 --------------------------------------------------- */
-
-static inline void braze_row_f32(const uint8_t *w, int64_t k, float *out) { memcpy(out, w, (size_t)k * 4); }
-static inline void braze_row_f16(const uint8_t *w, int64_t k, float *out) {
-    const uint16_t *h = (const uint16_t *)w;
-    int64_t i = 0;
-#if defined(__AVX512F__)
-    for (; i + 16 <= k; i += 16) _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
-#endif
-    for (; i < k; i++) out[i] = braze_q_h2f(h[i]);
-}
-static inline float braze_bf2f(uint16_t h) { union { uint32_t u; float f; } v; v.u = (uint32_t)h << 16; return v.f; }
-static inline void braze_row_bf16(const uint8_t *w, int64_t k, float *out) {
-    const uint16_t *h = (const uint16_t *)w;
-    for (int64_t i = 0; i < k; i++) out[i] = braze_bf2f(h[i]);
-}
-
-/* Element i of a float row, and BRAZE_VL of them from i, as float32: the decoding path
- * converts in registers (through a row buffer, an F16 file decoded at 10 GB/s) */
-typedef float braze_es_f32;  /* the element types, for their sizes */
-typedef uint16_t braze_es_f16;
-typedef uint16_t braze_es_bf16;
-static inline float braze_ld1_f32(const uint8_t *w, int64_t i) { return ((const float *)w)[i]; }
-static inline float braze_ld1_f16(const uint8_t *w, int64_t i) { return braze_q_h2f(((const uint16_t *)w)[i]); }
-static inline float braze_ld1_bf16(const uint8_t *w, int64_t i) { return braze_bf2f(((const uint16_t *)w)[i]); }
-static inline braze_vf braze_ldvf_f32(const uint8_t *w, int64_t i) { return braze_vf_load((const float *)w + i); }
-static inline braze_vf braze_ldvf_f16(const uint8_t *w, int64_t i) {
-    const uint16_t *h = (const uint16_t *)w + i;
-#if defined(__AVX512F__)
-    return (braze_vf)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
-#elif defined(__F16C__) && defined(__AVX__)
-    return (braze_vf)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
-#else
-    braze_vf r;
-    for (int l = 0; l < BRAZE_VL; l++) r[l] = braze_q_h2f(h[l]);
-    return r;
-#endif
-}
-static inline braze_vf braze_ldvf_bf16(const uint8_t *w, int64_t i) {
-    const uint16_t *h = (const uint16_t *)w + i;
-#if defined(__AVX512F__)
-    return (braze_vf)_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)h)), 16));
-#elif defined(__AVX2__)
-    return (braze_vf)_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)h)), 16));
-#else
-    braze_vf r;
-    for (int l = 0; l < BRAZE_VL; l++) r[l] = braze_bf2f(h[l]);
-    return r;
-#endif
-}
-
-/* ---- activations: x row -> int8 blocks of 32 (scale dx), float sums per 16 -------- */
-
-/* the scale of a block of 32 x values rounded to integers in [-top, top]; its inverse */
-static inline float braze_block_scale(const float *xb, float top, float *inv) {
-    float amax = 0.0f;
-    for (int i = 0; i < 32; i++) { float a = fabsf(xb[i]); amax = a > amax ? a : amax; }
-    float dd = amax / top;
-    *inv = dd != 0.0f ? 1.0f / dd : 0.0f;
-    return dd;
-}
-
-/* x row -> int8 blocks of 32. With lo (the int8x2 dot), x is rounded to 1/16256 of its
- * block's max instead of 1/127 and split as 128 hi + lo, hi in [-127, 127], lo in
- * [-64, 63]: two int8 dots give the precision of a 15-bit one. */
-static inline void braze_quantize_row(const float *x, int64_t k, int8_t *q, int8_t *lo, float *d) {
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-    /* the same numbers 16 at a time (the scalar loop was a tenth of an 8-row matmul):
-     * max ignores nan as the scalar compare does, and the conversion rounds to nearest
-     * even as lrintf does in the default rounding mode */
-    const __m512 sign = _mm512_set1_ps(-0.0f);
-    for (int64_t b = 0; b < k / 32; b++) {
-        const float *xb = x + 32 * b;
-        __m512 v[2] = {_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16)};
-        __m512 m = _mm512_max_ps(_mm512_andnot_ps(sign, v[0]), _mm512_setzero_ps());
-        m = _mm512_max_ps(_mm512_andnot_ps(sign, v[1]), m);
-        float dd = _mm512_reduce_max_ps(m) / (lo ? 16256.0f : 127.0f), id = dd != 0.0f ? 1.0f / dd : 0.0f;
-        d[b] = dd;
-        for (int h = 0; h < 2; h++) {
-            __m512i t = _mm512_cvtps_epi32(_mm512_mul_ps(v[h], _mm512_set1_ps(id)));
-            if (lo) {
-                __m512i hi = _mm512_srai_epi32(_mm512_add_epi32(t, _mm512_set1_epi32(64)), 7);
-                _mm_storeu_si128((__m128i *)(q + 32 * b + 16 * h), _mm512_cvtepi32_epi8(hi));
-                _mm_storeu_si128((__m128i *)(lo + 32 * b + 16 * h),
-                                 _mm512_cvtepi32_epi8(_mm512_sub_epi32(t, _mm512_slli_epi32(hi, 7))));
-            } else
-                _mm_storeu_si128((__m128i *)(q + 32 * b + 16 * h), _mm512_cvtepi32_epi8(t));
-        }
-    }
-    return;
-#endif
-    for (int64_t b = 0; b < k / 32; b++) {
-        const float *xb = x + 32 * b;
-        float id;
-        d[b] = braze_block_scale(xb, lo ? 16256.0f : 127.0f, &id);
-        for (int i = 0; i < 32; i++) {
-            int32_t v = (int32_t)lrintf(xb[i] * id);
-            if (lo) {
-                int32_t h = (v + 64) >> 7;  /* arithmetic shift: v / 128 rounded */
-                q[32 * b + i] = (int8_t)h;
-                lo[32 * b + i] = (int8_t)(v - 128 * h);
-            } else
-                q[32 * b + i] = (int8_t)v;
-        }
-    }
-}
-
-/* One block of W (unpacked: q, per-chunk s and o) dotted with one x row's block at
- * b0 (BS elements): the integer dots scaled into acc (8 lanes), the offsets into off. */
-#ifdef BRAZE_VNNI
-typedef __m256 braze_qacc;
-#define BRAZE_QACC_ZERO _mm256_setzero_ps()
-static inline float braze_qacc_sum(__m256 a) {
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
-#else
-typedef float braze_qacc;
-#define BRAZE_QACC_ZERO 0.0f
-static inline float braze_qacc_sum(float a) { return a; }
-#endif
-
-/* A block's offsets times its chunks' sums of x (xs): the w = s q + o part that is not a
- * dot. Eight chunks at a time into a vector (the K types' 8 or 16 chunks a block: one
- * scalar chain of 16 fused multiply-adds was a third of Q6_K's time), else scalar. */
-static inline __attribute__((always_inline)) void braze_offsets(const int nch, const float *o, const float *xs,
-                                                                braze_v8 *offv, float *off) {
-    if (nch % 8 == 0)
-        for (int c = 0; c < nch; c += 8) *offv += braze_v8_load(o + c) * braze_v8_load(xs + c);
-    else
-        for (int c = 0; c < nch; c++) *off += o[c] * xs[c];
-}
-
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-#define BRAZE_DPBUSD _mm256_dpbusd_epi32
-#else
-#define BRAZE_DPBUSD _mm256_dpbusd_avx_epi32
-#endif
-/* xl: the low parts of x (int8x2) or NULL (int8), a constant where inlined */
-static inline __attribute__((always_inline)) void braze_qblock(const int BS, const int CH,
-        const uint8_t *restrict q, const float *restrict s, const int8_t *restrict xq, const int8_t *restrict xl,
-        const float *restrict dx, braze_qacc *acc) {
-#ifdef BRAZE_VNNI
-    for (int u = 0; u < BS / 32; u++) {
-        __m256i qv = _mm256_loadu_si256((const __m256i *)(q + 32 * u));
-        __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * u));
-        __m256i p = BRAZE_DPBUSD(_mm256_setzero_si256(), qv, xv);
-        /* the lo dot in a chain of its own, joined once (the same integers): through the
-         * shift it waited on the hi dot's latency */
-        if (xl) p = _mm256_add_epi32(_mm256_slli_epi32(p, 7), BRAZE_DPBUSD(_mm256_setzero_si256(), qv,
-                                     _mm256_loadu_si256((const __m256i *)(xl + 32 * u))));
-        __m256 sv = CH == 32 ? _mm256_set1_ps(s[u] * dx[u])
-                             : _mm256_set_m128(_mm_set1_ps(s[2 * u + 1] * dx[u]), _mm_set1_ps(s[2 * u] * dx[u]));
-        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sv, *acc);
-    }
-#else
-    for (int c = 0; c < BS / 16; c++) {
-        int32_t t = 0;
-        for (int i = 0; i < 16; i++)
-            t += (int32_t)q[16 * c + i] * (xl ? 128 * (int32_t)xq[16 * c + i] + xl[16 * c + i] : (int32_t)xq[16 * c + i]);
-        *acc += s[c * 16 / CH] * dx[c / 2] * (float)t;
-    }
-#endif
-}
-
-/* The same block dotted with float x (dequantized in registers): per chunk, the
- * products of q (converted to float) and x summed in vector lanes, then scaled once. */
-/* BRAZE_VL bytes as floats (gcc scalarises __builtin_convertvector from bytes here) */
-static inline braze_vf braze_u8_to_vf(const uint8_t *p) {
-#if defined(__AVX512F__)
-    return (braze_vf)_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
-#elif defined(__AVX2__)
-    return (braze_vf)_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
-#else
-    braze_vf r;
-    for (int i = 0; i < BRAZE_VL; i++) r[i] = (float)p[i];
-    return r;
-#endif
-}
-static inline __attribute__((always_inline)) void braze_fblock(const int BS, const int CH,
-        const uint8_t *restrict q, const float *restrict s, const float *restrict x, braze_vf *acc) {
-    for (int c = 0; c < BS / CH; c++) {
-        braze_vf t = {0};
-        for (int u = 0; u < CH / BRAZE_VL; u++) {
-            t += braze_u8_to_vf(q + c * CH + u * BRAZE_VL) * braze_vf_load(x + c * CH + u * BRAZE_VL);
-        }
-        *acc += s[c] * t;
-    }
-}
-
-/* sums of x per chunk of CH elements (the offsets' other factor), step floats apart */
-static inline void braze_chunk_sums(const float *x, int64_t k, int CH, float *xs, int64_t step) {
-    for (int64_t c = 0; c < k / CH; c++) {
-        float a = 0.0f;
-        for (int i = 0; i < CH; i++) a += x[CH * c + i];
-        xs[c * step] = a;
-    }
-}
-
-/* x row -> int16 in blocks of 32 (scale dx = max|x| / 32767: a 256th of int8's
- * rounding, so the dot is as close to float32's as float32's own summation order) */
-static inline void braze_quantize_row16(const float *x, int64_t k, int16_t *q, float *d) {
-    for (int64_t b = 0; b < k / 32; b++) {
-        const float *xb = x + 32 * b;
-        float id;
-        d[b] = braze_block_scale(xb, 32767.0f, &id);
-        for (int i = 0; i < 32; i++) q[32 * b + i] = (int16_t)lrintf(xb[i] * id);
-    }
-}
-
-/* One block of W against int16 x: q (zero-extended) times x in 16-bit pairs (vpmaddwd),
- * 32 products per instruction with AVX-512BW, then scaled once per chunk. */
-static inline __attribute__((always_inline)) void braze_wblock(const int BS, const int CH,
-        const uint8_t *restrict q, const float *restrict s, const int16_t *restrict xq, const float *restrict dx,
-        braze_vf *acc) {
-#if defined(__AVX512BW__)
-    for (int u = 0; u < BS / 32; u++) {
-        __m512i p = _mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * u))),
-                                      _mm512_loadu_si512((const void *)(xq + 32 * u)));
-        __m512 sv = CH == 32 ? _mm512_set1_ps(s[u] * dx[u])
-                             : _mm512_insertf32x8(_mm512_set1_ps(s[2 * u] * dx[u]), _mm256_set1_ps(s[2 * u + 1] * dx[u]), 1);
-        *acc = (braze_vf)_mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sv, (__m512)*acc);
-    }
-#elif defined(__AVX2__)
-    for (int h = 0; h < BS / 16; h++) {  /* 16 elements: 8 lanes of pairs, one chunk of 16 */
-        __m256i p = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(q + 16 * h))),
-                                      _mm256_loadu_si256((const __m256i *)(xq + 16 * h)));
-        __m256 sv = _mm256_set1_ps(s[h * 16 / CH] * dx[h / 2]);
-        *acc = (braze_vf)_mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sv, (__m256)*acc);
-    }
-#else
-    for (int c = 0; c < BS / 16; c++) {
-        int32_t t = 0;
-        for (int i = 0; i < 16; i++) t += (int32_t)q[16 * c + i] * (int32_t)xq[16 * c + i];
-        (*acc)[0] += s[c * 16 / CH] * dx[c / 2] * (float)t;
-    }
-#endif
-}
-
 /* Rows of W (n0..n1) dequantized to float into the k x nt tile braze_mm reads. */
 typedef void (*braze_rowf_fn)(const uint8_t *w, int64_t k, float *out);
 
 #define BRAZE_QNT BRAZE_NB       /* columns of y per GEMM tile: one 6-row block's width */
 #define BRAZE_QKC 256            /* k per step of the GEMM: the tile's slice stays in L1 */
-#define BRAZE_QFEW 8             /* up to this many x rows: the integer matrix-vector path */
+#define BRAZE_QFEW 8             /* up to this many x rows: the matrix-vector path (modes 0-2, float types) */
+#define BRAZE_QG 16              /* x rows per group of the strips (mode 3): a 512-bit register's int32 lanes */
+#define BRAZE_QPASS 64           /* x rows per pass of the strips over a block of columns (their sums' tile) */
 #define BRAZE_QPAR_MIN (1 << 16) /* weights bytes below which one thread does it all */
 #define BRAZE_QMAXW 4            /* weights one kernel takes against the same x */
 #define BRAZE_QEPN 64            /* columns per epilogue call at few rows (see braze_qep_cols) */
@@ -498,8 +71,8 @@ static inline void braze_q_gemm_tile(int64_t m, int64_t n0, int64_t nt, int64_t 
 /* Thread-private scratch, grown as needed and kept (a decoding step allocates nothing
  * after the first). */
 static inline void *braze_q_scratch(int slot, size_t bytes) {
-    static _Thread_local void *buf[7];
-    static _Thread_local size_t have[7];
+    static _Thread_local void *buf[8];
+    static _Thread_local size_t have[8];
     if (have[slot] < bytes) {
         free(buf[slot]);
         buf[slot] = aligned_alloc(64, (bytes + 63) / 64 * 64);
@@ -607,6 +180,24 @@ static inline float braze_qs_sum(braze_qsv a) { return a[0] + a[1]; }
 #define BRAZE_QSTRIP_M 4  /* x rows per pass over a strip: R x M sums and R rows of q in registers */
 static inline int64_t braze_qs_pad(int64_t k) { return (k + BRAZE_QS - 1) / BRAZE_QS * BRAZE_QS; }
 
+/* x's row r (at xr) as the dots of MODE read it, once per call: its sums per chunk of CH
+ * (for the strips lane r % BRAZE_QG of its group's, xs[(g * nch + c) * BRAZE_QG + ...];
+ * else row-major), and its int8, int8x2 (hi then lo, rows padded with zeros to a whole
+ * step) or int16 blocks of 32 and their scales dx */
+static inline __attribute__((always_inline)) void braze_qx_row(const int MODE, const int CH, int strips, int64_t r,
+        const float *xr, int64_t k, float *xs, float *dx, char *xq) {
+    const int64_t kx = MODE == 3 ? braze_qs_pad(k) : k, nch = k / CH, xsz = MODE == 1 ? 1 : 2;
+    float *sums = strips ? xs + r / BRAZE_QG * BRAZE_QG * nch + r % BRAZE_QG : xs + r * nch;
+    braze_chunk_sums(xr, k, CH, sums, strips ? BRAZE_QG : 1);
+    if (MODE == 1 || MODE == 3) {
+        int8_t *hi = (int8_t *)xq + r * kx * xsz, *lo = MODE == 3 ? hi + kx : NULL;
+        braze_quantize_row(xr, k, hi, lo, dx + r * (kx / 32));
+        if (lo) { memset(hi + k, 0, (size_t)(kx - k)); memset(lo + k, 0, (size_t)(kx - k));
+                  memset(dx + r * (kx / 32) + k / 32, 0, (size_t)(kx - k) / 32 * 4); }
+    }
+    if (MODE == 2) braze_quantize_row16(xr, k, (int16_t *)xq + r * k, dx + r * (k / 32));
+}
+
 #ifdef BRAZE_QX
 /* x rows in the lanes: the m x rows (padded to RPG = 2, 4, 8 or 16) share each 512-bit
  * register, P = 16 / RPG int32 lanes (4P bytes) per row, and W's 4P bytes at the same
@@ -620,24 +211,44 @@ static inline int64_t braze_qs_pad(int64_t k) { return (k + BRAZE_QS - 1) / BRAZ
  * convert-scale-add per block: at 8 rows, 16 instructions per block and W row where
  * this takes 12 (at 16 rows 40 against 20). */
 static inline int braze_qx_p(int64_t m) { return m <= 2 ? 8 : m <= 4 ? 4 : m <= 8 ? 2 : 1; }
-static inline void braze_qs_prepare(int64_t m, int64_t kp, const char **xq, const float **dx) {
+/* Past 16 rows, groups of BRAZE_QG = 16 (P = 1, the last one's P by its own rows), each
+ * laid out as above, braze_qs_xstep bytes apart (its dx at the same place in floats). */
+static inline int64_t braze_qs_xstep(int64_t kp) { return kp / 32 * (1024 + 64); }
+static inline int64_t braze_qs_dstep(int64_t kp) { return braze_qs_xstep(kp) / 4; }
+/* one group of mg rows (of 16 / P) from src (rows 2 kp apart, their scales sd nb apart)
+ * laid out at xg (P a literal: the copies are moves, not calls) */
+static inline __attribute__((always_inline)) void braze_qx_lay(const int P, int64_t mg, int64_t kp, const int8_t *src,
+        const float *sd, int8_t *restrict xg) {
     const int64_t nb = kp / 32;
-    const int P = braze_qx_p(m), rpg = 16 / P;
-    int8_t *xg = (int8_t *)braze_q_scratch(6, (size_t)nb * (1024 + 64));
     float *dv = (float *)(xg + nb * 1024);
     for (int64_t b = 0; b < nb; b++)
-        for (int i = 0; i < rpg; i++) {
-            const int8_t *src = (const int8_t *)*xq + i * 2 * kp + 32 * b;
+        for (int i = 0; i < 16 / P; i++) {
             for (int h = 0; h < 2; h++)      /* hi, lo */
                 for (int j = 0; j < 8 / P; j++) {
                     int8_t *dst = xg + b * (1024 / P) + (h * (8 / P) + j) * 64 + 4 * P * i;
-                    if (i < m) memcpy(dst, src + h * kp + 4 * P * j, (size_t)(4 * P));
+                    if (i < mg) memcpy(dst, src + i * 2 * kp + h * kp + 32 * b + 4 * P * j, (size_t)(4 * P));
                     else memset(dst, 0, (size_t)(4 * P));
                 }
-            for (int l = 0; l < P; l++) dv[b * 16 + P * i + l] = i < m ? (*dx)[i * nb + b] : 0.0f;
+            for (int l = 0; l < P; l++) dv[b * 16 + P * i + l] = i < mg ? sd[i * nb + b] : 0.0f;
         }
-    *xq = (const char *)xg;
-    *dx = dv;
+}
+static inline void braze_qs_prepare(int64_t m, int64_t kp, const char **xq, const float **dx) {
+    const int64_t nb = kp / 32, groups = (m + BRAZE_QG - 1) / BRAZE_QG;
+    int8_t *x0 = (int8_t *)braze_q_scratch(6, (size_t)(groups * braze_qs_xstep(kp)));
+    for (int64_t g = 0; g < groups; g++) {
+        const int64_t mg = m - g * BRAZE_QG < BRAZE_QG ? m - g * BRAZE_QG : BRAZE_QG;
+        const int8_t *src = (const int8_t *)*xq + g * BRAZE_QG * 2 * kp;
+        const float *sd = *dx + g * BRAZE_QG * nb;
+        int8_t *xg = x0 + g * braze_qs_xstep(kp);
+        switch (braze_qx_p(mg)) {
+        case 8: braze_qx_lay(8, mg, kp, src, sd, xg); break;
+        case 4: braze_qx_lay(4, mg, kp, src, sd, xg); break;
+        case 2: braze_qx_lay(2, mg, kp, src, sd, xg); break;
+        default: braze_qx_lay(1, mg, kp, src, sd, xg);
+        }
+    }
+    *xq = (const char *)x0;
+    *dx = (const float *)(x0 + nb * 1024);
 }
 /* W's 4P bytes at p in every row's lanes */
 static inline __attribute__((always_inline)) __m512i braze_qx_bcast(const uint8_t *p, const int P) {
@@ -724,12 +335,17 @@ static inline __attribute__((always_inline)) void braze_qx_tile(const int R, con
 static inline __attribute__((always_inline)) void braze_qs_dots(const int R, const int CH, const int KIND, int64_t m,
         int64_t kp, const uint8_t *restrict q, int64_t ldq, int64_t bstep, const float *restrict s, const char *xq,
         const float *dx, float *restrict out) {
-    const int8_t *xg = (const int8_t *)xq;
-    switch (braze_qx_p(m)) {  /* P a literal: the loops over registers unroll */
-    case 8: braze_qx_tile(R, 8, CH, KIND, m, kp, q, ldq, bstep, s, xg, dx, out); break;
-    case 4: braze_qx_tile(R, 4, CH, KIND, m, kp, q, ldq, bstep, s, xg, dx, out); break;
-    case 2: braze_qx_tile(R, 2, CH, KIND, m, kp, q, ldq, bstep, s, xg, dx, out); break;
-    default: braze_qx_tile(R, 1, CH, KIND, m, kp, q, ldq, bstep, s, xg, dx, out);
+    for (int64_t r0 = 0; r0 < m; r0 += BRAZE_QG) {  /* a group of x rows at a time, W's rows from L1 after the first */
+        const int64_t mg = m - r0 < BRAZE_QG ? m - r0 : BRAZE_QG;
+        const int8_t *xg = (const int8_t *)xq + r0 / BRAZE_QG * braze_qs_xstep(kp);
+        const float *dg = dx + r0 / BRAZE_QG * braze_qs_dstep(kp);
+        float *og = out + r0 * BRAZE_QEPN;
+        switch (braze_qx_p(mg)) {  /* P a literal: the loops over registers unroll */
+        case 8: braze_qx_tile(R, 8, CH, KIND, mg, kp, q, ldq, bstep, s, xg, dg, og); break;
+        case 4: braze_qx_tile(R, 4, CH, KIND, mg, kp, q, ldq, bstep, s, xg, dg, og); break;
+        case 2: braze_qx_tile(R, 2, CH, KIND, mg, kp, q, ldq, bstep, s, xg, dg, og); break;
+        default: braze_qx_tile(R, 1, CH, KIND, mg, kp, q, ldq, bstep, s, xg, dg, og);
+        }
     }
 }
 /* The two float16 words at the start of each of a row's n blocks (TS bytes apart) as
@@ -774,6 +390,9 @@ static inline __attribute__((always_inline)) void braze_qstrip_##T(const int R, 
 static inline void braze_qs_prepare(int64_t m, int64_t kp, const char **xq, const float **dx) {
     (void)m; (void)kp; (void)xq; (void)dx;  /* the tiles read x rows as braze_qlinear lays them out */
 }
+/* a group of BRAZE_QG rows: its hi and lo bytes, and its scales */
+static inline int64_t braze_qs_xstep(int64_t kp) { return BRAZE_QG * 2 * kp; }
+static inline int64_t braze_qs_dstep(int64_t kp) { return BRAZE_QG * (kp / 32); }
 /* R rows of q (kp bytes apart, scales s kp / CH apart) against MT x rows (hi then lo
  * bytes, 2 kp apart; dx kp / 32 apart): dot[x * R + r], without the offsets */
 static inline __attribute__((always_inline)) void braze_qs_tile(const int R, const int MT, const int CH,
@@ -899,31 +518,36 @@ static inline int braze_mv1_##T(const int R, int64_t k, const uint8_t *w, int64_
 #define BRAZE_MV1_q5_k BRAZE_MV1_NONE
 #define BRAZE_MV1_q6_k BRAZE_MV1_NONE
 /* out[x * BRAZE_QEPN + r] += the offsets of R W rows (o, nch chunks each) for m x
- * rows: o times x's chunk sums, stored chunk-major (xs[c * BRAZE_QFEW + x]) so that a
- * chunk's sums are one vector, a lane per x row (a dot over chunks per pair of rows,
- * or a scalar loop over x rows, was a fifth to a quarter of the time). */
-typedef float braze_qsx __attribute__((vector_size(4 * BRAZE_QFEW), aligned(4), may_alias));
+ * rows: o times x's chunk sums, stored chunk-major per group of BRAZE_QG rows
+ * (xs[(g * nch + c) * BRAZE_QG + x % BRAZE_QG]) so that a chunk's sums are one vector, a
+ * lane per x row (a dot over chunks per pair of rows, or a scalar loop over x rows, was
+ * a fifth to a quarter of the time). */
+typedef float braze_qsx __attribute__((vector_size(4 * BRAZE_QG), aligned(4), may_alias));
 static inline __attribute__((always_inline)) void braze_qs_offsets(const int R, int64_t m, int64_t nch,
         const float *restrict o, const float *restrict xs, float *restrict out) {
-    braze_qsx off[BRAZE_QSTRIP_R];
-    for (int r = 0; r < R; r++) off[r] = (braze_qsx){0};
-    for (int64_t c = 0; c < nch; c++) {
-        braze_qsx v = *(const braze_qsx *)(xs + c * BRAZE_QFEW);
-        for (int r = 0; r < R; r++) off[r] += o[r * nch + c] * v;
+    for (int64_t r0 = 0; r0 < m; r0 += BRAZE_QG) {
+        const float *xg = xs + r0 * nch;
+        braze_qsx off[BRAZE_QSTRIP_R];
+        for (int r = 0; r < R; r++) off[r] = (braze_qsx){0};
+        for (int64_t c = 0; c < nch; c++) {
+            braze_qsx v = *(const braze_qsx *)(xg + c * BRAZE_QG);
+            for (int r = 0; r < R; r++) off[r] += o[r * nch + c] * v;
+        }
+        for (int64_t x = r0; x < m && x < r0 + BRAZE_QG; x++)
+            for (int r = 0; r < R; r++) out[x * BRAZE_QEPN + r] += off[r][x - r0];
     }
-    for (int64_t x = 0; x < m; x++)
-        for (int r = 0; r < R; r++) out[x * BRAZE_QEPN + r] += off[r][x];
 }
 
-/* Columns j0..j0+nj of NW weights for m x rows (xq, dx, xs as braze_qlinear lays them
- * out in mode 3), R rows of W per strip, into t[i][r * BRAZE_QEPN + j - j0]. */
-/* Columns j0..j0+nj of NW weights for m x rows, BRAZE_QSTRIP_R rows of W per strip
- * (braze_qstrip_##T, as the type reads W), into t[i][r * BRAZE_QEPN + j - j0]. */
-#define BRAZE_QSTRIPCOLS(T)                                                                                  \
-static inline __attribute__((always_inline)) void braze_qstrips_##T(const int NW, int64_t m, int64_t j0,     \
-        int64_t nj, int64_t k, const uint8_t *const *w, int64_t ldw, const float *x, int64_t lda,            \
-        const char *xq, int64_t xsz, const float *dx, const float *xs, float (*t)[BRAZE_QFEW * BRAZE_QEPN]) { \
+/* Columns j0..j0+nj of NW weights for the m x rows from r0 (xq, dx, xs as braze_qlinear
+ * and braze_qs_prepare lay them out: r0 starts a group), BRAZE_QSTRIP_R rows of W per
+ * strip (braze_qstrip_##T, as the type reads W), into t[i][x * BRAZE_QEPN + j - j0]. */
+#define BRAZE_QSTRIPCOLS(T, CH)                                                                               \
+static inline __attribute__((always_inline)) void braze_qstrips_##T(const int NW, int64_t m, int64_t r0,     \
+        int64_t j0, int64_t nj, int64_t k, const uint8_t *const *w, int64_t ldw, const float *x, int64_t lda,\
+        const char *xq, int64_t xsz, const float *dx, const float *xs, float *const *t) {                   \
     (void)x; (void)lda; (void)xsz;                                                                           \
+    const int64_t kp = braze_qs_pad(k);                                                                      \
+    xq += r0 / BRAZE_QG * braze_qs_xstep(kp); dx += r0 / BRAZE_QG * braze_qs_dstep(kp); xs += r0 * (k / CH); \
     for (int64_t j = j0; j < j0 + nj; j += BRAZE_QSTRIP_R)                                                   \
         for (int i = 0; i < NW; i++) {                                                                       \
             if (j + BRAZE_QSTRIP_R <= j0 + nj)                                                               \
@@ -960,16 +584,16 @@ static inline __attribute__((always_inline)) void braze_qstrip_##T(const int R, 
  * BRAZE_QCOLS(NAME, COLS) runs blocks of columns in parallel, by COLS (braze_mvcols_##T,
  * or braze_qstrips_##T), and the epilogue over each. */
 #define BRAZE_MVCOLS(T, MODE, CH)                                                                            \
-static inline __attribute__((always_inline)) void braze_mvcols_##T(const int NW, int64_t m, int64_t j0,     \
-        int64_t nj, int64_t k, const uint8_t *const *w, int64_t ldw, const float *x, int64_t lda,            \
-        const char *xq, int64_t xsz, const float *dx, const float *xs, float (*t)[BRAZE_QFEW * BRAZE_QEPN]) { \
+static inline __attribute__((always_inline)) void braze_mvcols_##T(const int NW, int64_t m, int64_t r0,     \
+        int64_t j0, int64_t nj, int64_t k, const uint8_t *const *w, int64_t ldw, const float *x, int64_t lda,\
+        const char *xq, int64_t xsz, const float *dx, const float *xs, float *const *t) {                   \
     for (int64_t j = j0; j < j0 + nj; j += 4)                                                                \
         for (int i = 0; i < NW; i++)                                                                         \
-            for (int64_t r = 0; r < m; r++) {                                                                \
+            for (int64_t r = r0; r < r0 + m; r++) {                                                          \
                 const int64_t kx = MODE == 3 ? braze_qs_pad(k) : k;  /* x's rows as braze_qlinear pads them */ \
                 const void *xr = MODE == 0 ? (const void *)(x + r * lda) : (const void *)(xq + r * kx * xsz); \
                 const float *dr = dx ? dx + r * (kx / 32) : dx, *sr = xs ? xs + r * (k / CH) : xs;           \
-                float *out = t[i] + r * BRAZE_QEPN + (j - j0);                                               \
+                float *out = t[i] + (r - r0) * BRAZE_QEPN + (j - j0);                                        \
                 if (j + 4 <= j0 + nj) braze_mv_##T(4, k, w[i] + j * ldw, ldw, xr, dr, sr, out);              \
                 else                                                                                         \
                     for (int64_t jj = 0; j + jj < j0 + nj; jj++)                                             \
@@ -985,12 +609,16 @@ static inline void NAME(int64_t m, int64_t n, int64_t k, const float *x, int64_t
     const int64_t cols = braze_qep_cols(n, par ? nthreads : 1);                                              \
     _Pragma("omp parallel for schedule(static) num_threads(par ? nthreads : 1)")                            \
     for (int64_t j0 = 0; j0 < n; j0 += cols) {                                                               \
-        float t[BRAZE_QMAXW][BRAZE_QFEW * BRAZE_QEPN], *acc[BRAZE_QMAXW];                                    \
+        float *t = (float *)braze_q_scratch(7, (size_t)nw * BRAZE_QPASS * BRAZE_QEPN * 4), *acc[BRAZE_QMAXW]; \
         int64_t nj = n - j0 < cols ? n - j0 : cols;                                                          \
-        for (int i = 0; i < nw; i++) acc[i] = t[i];                                                          \
-        if (nw == 1) COLS(1, m, j0, nj, k, w, ldw, x, lda, xq, xsz, dx, xs, t);                              \
-        else COLS(nw, m, j0, nj, k, w, ldw, x, lda, xq, xsz, dx, xs, t);                                    \
-        ep(args, 0, m, j0, nj, acc, BRAZE_QEPN);                                                             \
+        for (int i = 0; i < nw; i++) acc[i] = t + i * BRAZE_QPASS * BRAZE_QEPN;                              \
+        /* the x rows a pass at a time (the sums' tile); the columns' W from L2 after the first */          \
+        for (int64_t r0 = 0; r0 < m; r0 += BRAZE_QPASS) {                                                    \
+            const int64_t mp = m - r0 < BRAZE_QPASS ? m - r0 : BRAZE_QPASS;                                  \
+            if (nw == 1) COLS(1, mp, r0, j0, nj, k, w, ldw, x, lda, xq, xsz, dx, xs, acc);                   \
+            else COLS(nw, mp, r0, j0, nj, k, w, ldw, x, lda, xq, xsz, dx, xs, acc);                          \
+            ep(args, r0, mp, j0, nj, acc, BRAZE_QEPN);                                                       \
+        }                                                                                                    \
     }                                                                                                        \
 }
 
@@ -1037,33 +665,27 @@ static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int6
 }                                                                                                            \
 BRAZE_MVCOLS(T, MODE, CH)                                                                                    \
 BRAZE_QSTRIPS_##WREAD(T, BS, TS, CH)                                                                         \
-BRAZE_QSTRIPCOLS(T)                                                                                          \
+BRAZE_QSTRIPCOLS(T, CH)                                                                                      \
 BRAZE_QCOLS(braze_qcols_##T, braze_mvcols_##T)                                                              \
 BRAZE_QCOLS(braze_qscols_##T, braze_qstrips_##T)                                                             \
 static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda,                 \
         const uint8_t *const *w, int nw, int64_t ldw, braze_qep_fn ep, braze_qpro_fn pro, void **args,       \
         int64_t nthreads) {                                                                                  \
     if (pro) { x = braze_qprologue(m, k, pro, args); lda = k; }                                              \
-    if (m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, braze_rowf_##T); return; } \
+    /* many rows: the GEMM on W dequantized to float, but in mode 3, where the strips (below) \
+     * take every x row: 1.4-2x the GEMM's speed at 128 rows, 2-5x at 9-16 (bench/RESULTS.md) */      \
+    if (MODE != 3 && m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, braze_rowf_##T); return; } \
     /* x, once per call: sums per chunk for the offsets; int8/int16 blocks and their scales */             \
     const int64_t xsz = MODE == 1 ? 1 : 2;  /* bytes of x per element: int8x2 keeps hi then lo per row */    \
     const int64_t kx = MODE == 3 ? braze_qs_pad(k) : k;  /* the strips' rows are padded with zeros */        \
-    /* x's chunk sums, per row; for the strips (mode 3, m > 1) chunk-major, BRAZE_QFEW lanes a chunk */      \
-    const int64_t xstep = MODE == 3 && m > 1 ? BRAZE_QFEW : 1, nxs = xstep > 1 ? BRAZE_QFEW : m;              \
-    float *xs = (float *)braze_q_scratch(0, (size_t)nxs * (k / CH) * 4 + (size_t)m * ((kx / 32) * 4 + kx * xsz)); \
-    float *dx = xs + nxs * (k / CH);                                                                         \
-    if (xstep > 1) memset(xs, 0, (size_t)nxs * (k / CH) * 4);  /* the lanes past m */                       \
+    /* x's chunk sums, per row; for the strips (mode 3, m > 1) chunk-major, BRAZE_QG lanes a chunk */        \
+    const int strips = MODE == 3 && m > 1; const int64_t nch = k / CH;                                                     \
+    const int64_t nxs = strips ? (m + BRAZE_QG - 1) / BRAZE_QG * BRAZE_QG : m;                               \
+    float *xs = (float *)braze_q_scratch(0, (size_t)nxs * nch * 4 + (size_t)m * ((kx / 32) * 4 + kx * xsz)); \
+    float *dx = xs + nxs * nch;                                                                              \
+    if (strips) memset(xs, 0, (size_t)nxs * nch * 4);  /* the lanes past m */                              \
     char *xq = (char *)(dx + m * (kx / 32));                                                                 \
-    for (int64_t r = 0; r < m; r++) {                                                                        \
-        braze_chunk_sums(x + r * lda, k, CH, xstep > 1 ? xs + r : xs + r * (k / CH), xstep);                 \
-        if (MODE == 1 || MODE == 3) {                                                                        \
-            int8_t *hi = (int8_t *)xq + r * kx * xsz, *lo = MODE == 3 ? hi + kx : NULL;                       \
-            braze_quantize_row(x + r * lda, k, hi, lo, dx + r * (kx / 32));                                  \
-            if (lo) { memset(hi + k, 0, (size_t)(kx - k)); memset(lo + k, 0, (size_t)(kx - k));              \
-                      memset(dx + r * (kx / 32) + k / 32, 0, (size_t)(kx - k) / 32 * 4); }                    \
-        }                                                                                                    \
-        if (MODE == 2) braze_quantize_row16(x + r * lda, k, (int16_t *)xq + r * k, dx + r * (k / 32));       \
-    }                                                                                                        \
+    for (int64_t r = 0; r < m; r++) braze_qx_row(MODE, CH, strips, r, x + r * lda, k, xs, dx, xq);           \
     /* one row: braze_mv, its unpack in registers; more (mode 3): the strips, each in its own parallel loop */ \
     if (MODE == 3 && m > 1) {                                                                                \
         const char *xl = xq; const float *dl = dx;                                                          \

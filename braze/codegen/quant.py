@@ -20,9 +20,10 @@ from .headers import header
 # 0 dequantizes W in registers against float x; 1 quantizes x to int8 blocks of 32 and
 # takes integer dots (VNNI's vpdpbusd); 2 quantizes x to int16 (vpmaddwd); 3 (int8x2)
 # rounds x to 15 bits, kept as two int8 halves, and takes two vpdpbusd per block.
-# Batched rows (2..FEW) read W per strip of rows: `unpack` unpacks the strip into scratch
-# once, `direct` (types whose values are plain nibbles or bytes) reads the blocks in the
-# dot loop itself, one pass fewer (quant.h's braze_qx_w, with 512-bit VNNI).
+# Batched rows (two or more, in mode 3: a batched step, a prompt's prefill) read W per
+# strip of rows: `unpack` unpacks the strip into scratch once, `direct` (types whose
+# values are plain nibbles or bytes) reads the blocks in the dot loop itself, one pass
+# fewer (quant.h's braze_qx_w, with 512-bit VNNI).
 QTYPES: dict[str, str] = {
     "Q4_0": "BRAZE_QLINEAR(q4_0, 32, 18, 32, {mode}, direct)",
     "Q4_1": "BRAZE_QLINEAR(q4_1, 32, 20, 32, {mode}, direct)",
@@ -50,7 +51,8 @@ MODE: dict[str, int] = {q: 3 for q in QUANTIZED}
 LEVELS: dict[int, int] = {0: 0, 1: 127, 2: 32767, 3: 16256}
 
 MAX_WEIGHTS = 4  # weights one kernel takes against the same x (quant.h's BRAZE_QMAXW)
-FEW = 8  # x rows up to which the kernel takes the matrix-vector path (quant.h's BRAZE_QFEW)
+FEW = 8  # x rows of decoding: the RMSNorm prologue's reach, and where other modes (and float
+# weights) take the GEMM past it (quant.h's BRAZE_QFEW); int8x2 takes the strips at any rows
 _CALL = re.compile(r"braze_(?:qlinear|rowf|row)_(\w+)\b")
 
 
@@ -98,4 +100,4 @@ def instantiations(kernel_sources: list[str], mode: dict[str, int] | None = None
         return ""
     modes = MODE if mode is None else mode
     lines = [QTYPES[q].format(mode=modes.get(q, 0)) for q in QTYPES if q.lower() in used]
-    return "\n".join([header("quant.h"), *lines]) if lines else ""
+    return "\n".join([header("quant_blocks.h"), header("quant.h"), *lines]) if lines else ""

@@ -51,9 +51,10 @@ class Fed(Protocol):
 S = TypeVar("S", bound=Fed)
 
 BLOCK_SIZE = 16
-# Rows per decoding step: the quantized matmul's integer matrix-vector path reads each
-# weight once for up to 8 rows (codegen/quant.py's FEW); past it the GEMM path costs
-# ~3x as much for 16 rows as two steps of 8 (bench/RESULTS.md, fifth session).
+# Rows per decoding step: 8 (codegen/quant.py's FEW). The quantized matmul's strips
+# read each weight once for every row, and from 8 rows on a row costs about the same
+# (16 rows 1.6-2x 8: bench/RESULTS.md, twelfth session), so a bigger step saves nothing
+# per row and makes each of its rows wait for all.
 DECODE_ROWS = FEW
 # A prompt fed beside decoding rows takes only the step's padding rows (free: the step
 # costs the same) while that feeds all waiting prompt tokens within FREE_TURNS turns, else
@@ -64,8 +65,13 @@ DECODE_ROWS = FEW
 # 430-495; bench/RESULTS.md, eleventh session).
 FREE_TURNS = 4
 # With nobody decoding, a prompt of at most ROW_STEPS steps' rows is fed as rows of
-# decoding steps in one turn, not as a prefill chunk: the prefill program's GEMM
-# dequantizes every weight (~240 ms at 1 thread for 16 tokens, ~6x a step of 8 rows).
+# decoding steps in one turn, a longer one as a prefill chunk. Chosen while prefill's
+# GEMM dequantized every weight (~6x a step of 8 rows for 16 tokens). On the strips, at
+# 1 thread, a step of 8 rows takes 25 ms and the prefill program 43 ms for 16 tokens,
+# 60 for 32 (bench/RESULTS.md, twelfth session): the chunk would be up to 40 ms sooner
+# for prompts of 9-32 tokens, but its buckets are not captured by `warm`, so each
+# bucket's first prompts would record and compile (a first-token P99 of 1.7 s on a
+# cold cache); the rows run the warmed decoding buckets.
 ROW_STEPS = 4
 KV_BUDGET = 256 << 20  # the pool's default size in bytes (at least one full context; at most max_batch)
 
