@@ -5,7 +5,7 @@ FFN up/gate: 0.3-1 MB, in the L2/L3 caches; (576, 1536), its ffn_down, for the K
 with their 256-element blocks) and of a (49152, 576) one (its output matrix: 15-60 MB,
 streamed from DRAM; (18432, 1536) for the K types); x of 1 row (decoding) in each of the kernel's
 four dots (``codegen/quant.py``'s ``MODE``: 0 float in registers, 1 int8 VNNI, 2
-int16, 3 int8x2), and of 128 rows (prefill: the GEMM path). Each kernel is rendered from
+int16, 3 int8x2), and of 128 rows (prefill: the strips in int8x2). Each kernel is rendered from
 ``codegen/quant.h`` exactly as a plan renders it, compiled by braze's compiler, and
 called through ctypes; median of 15 calls after 3 warm-up calls, 1 thread.
 

@@ -420,7 +420,8 @@ class QLinear:
     ``len(prologue.args) - 1`` of ``args``. Its other stores (the residual sum an
     RMSNorm fused) are done as the group did them. x is then never stored: argument 0 of
     the kernel is unused (the step passes weight 0 there). Only at few rows (decoding,
-    m <= ``codegen/quant.FEW``): prefill's GEMM reads x from memory, as before."""
+    m <= ``codegen/quant.FEW``): a prompt's matmuls read x from memory, their kernels
+    generic in their rows (``schedule/prologue.py``)."""
 
     qtype: str
     m: int

@@ -3,7 +3,7 @@ dequantization, against the numpy dequantizer and a float64 matmul.
 
 Random blocks of every type (scales set to finite float16 values, every other byte
 random), rows not a multiple of the vector width, few rows (decoding: the matrix-vector
-path) and many (prefill: the GEMM path), views at offsets, extreme scales, and the
+path) and many (prefill: the strips, in groups of 16 rows), views at offsets, extreme scales, and the
 real model's tensors. The suite runs fused and with BRAZE_FUSION=0, so both the
 compiled kernel and the reference executor are checked against float64.
 """

@@ -1,7 +1,7 @@
 """Element-wise work after a quantized matmul, done by the matmul kernel as it stores
 (``schedule/epilogue.py``): a residual add, a bias, ``silu(gate) * up`` with both
 weights in one kernel, on random blocks of several types, at decoding sizes (the
-matrix-vector path) and prefill ones (the GEMM path), against float64. The suite runs
+matrix-vector path) and prefill ones (the strips), against float64. The suite runs
 fused and with BRAZE_FUSION=0 (the reference executor); fused, the kernel count must
 drop as the fusion promises."""
 

@@ -173,7 +173,8 @@ def test_a_write_between_keeps_the_norm_first() -> None:
 
 
 def test_many_rows_read_x_from_memory() -> None:
-    """Prefill's rows (more than quant.FEW): the norm stays a kernel of its own."""
+    """Prefill's rows (more than quant.FEW): the norm stays a kernel of its own (the
+    matmul's kernel is generic in its rows)."""
     x, w, wf, g = setup("Q4_K", 9, 37, seed=60)
     xn = rms(x.astype(np.float64), g)
 

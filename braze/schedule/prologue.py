@@ -5,8 +5,10 @@ the norm is no kernel of its own: ``rms_norm(x) @ W`` is one kernel.
 
 Folded once the schedule is complete (every epilogue folded, every step at its
 place): a group's kernel step whose result x only quantized matmuls read, each all of
-x, at few rows (m <= ``quant.FEW``: decoding; prefill's GEMM reads x from memory as
-before), moves into those matmuls. Every row of the group is a row of x (its outer
+x, at few rows (m <= ``quant.FEW``: decoding), moves into those matmuls. A prompt's
+matmuls keep the norm a kernel of its own: their kernels are generic in their rows
+(``codegen/generic.py``, one compile for every prompt length), which a prologue's
+body, specialised to its group, is not. Every row of the group is a row of x (its outer
 coordinates flatten to x's rows, its inner ones to x's columns), so the group's body
 for row r is row r of x. Its other stores (the residual sum) are done by the first of
 the matmuls; the others (q, k and v are three kernels) compute x again from the
@@ -57,7 +59,7 @@ def _fold(s: Scheduler, step: KernelStep, y: Key, users: list[KernelStep]) -> st
     q = users[0].kernel
     assert isinstance(q, ir.QLinear)
     if q.m > quant_kernels.FEW:
-        return f"x has {q.m} rows (more than {quant_kernels.FEW}: the GEMM path reads x from memory)"
+        return f"x has {q.m} rows (more than {quant_kernels.FEW}: a prompt's, whose matmuls are generic in their rows)"
     if any(isinstance(st, ir.Contract) for st in k.stages):
         return "a chain kernel"
     if k.checks:
