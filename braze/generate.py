@@ -229,9 +229,9 @@ class PrefillStep:
     with one call, no ops recorded, as a decoding step does. Prompts longer than the
     last bucket, or that do not fit the caches padded, run as they are, recorded; so does
     everything on the reference executor (``BRAZE_FUSION=0``), where padding would only
-    cost time, and on another device (no capture there yet). Up to 8 tokens a prompt
-    takes the matrix-vector path (per row), past it the tiled GEMM, whose cost is flat up
-    to ~48 rows: hence the buckets."""
+    cost time, and on another device (no capture there yet). A quantized matmul's rows
+    cost about the same each from 16 on (the strips take x rows 16 to a register; a
+    prompt of 16 costs ~1.7x one of 8): hence buckets of 8 and 16, wider past them."""
 
     def __init__(self, model: Any, caches: list[Any], capture: bool = True) -> None:
         self.model, self.caches, self.capture = model, caches, capture

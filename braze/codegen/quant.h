@@ -55,7 +55,7 @@ static inline int64_t braze_qep_cols(int64_t n, int64_t threads) {
     return n >= 8 * BRAZE_QEPN * threads ? BRAZE_QEPN : 16;
 }
 
-/* The GEMM path, shared by every type: NT rows of W, already dequantized to float
+/* The GEMM path's tile: NT rows of W, already dequantized to float
  * (rows, nt x k), transposed slice by slice of k into wt (the k x NT tile braze_mm
  * reads), then y[:, n0:n0+nt] (+)= x[:, slice] @ wt. */
 static inline void braze_q_gemm_tile(int64_t m, int64_t n0, int64_t nt, int64_t k, const float *x, int64_t lda,
@@ -93,7 +93,8 @@ static inline const float *braze_qprologue(int64_t m, int64_t k, braze_qpro_fn p
     return rows;
 }
 
-/* The GEMM path for every type: `rowf` dequantizes one W row to float. Each weight's
+/* The GEMM path (float weights' many rows; the quantized types' in modes 0-2, which
+ * only tests build): `rowf` dequantizes one W row to float. Each weight's
  * m x nt tile of sums goes to a scratch tile, which the epilogue then reads. */
 static void braze_qlinear_gemm(int64_t m, int64_t n, int64_t k, const float *x, int64_t lda,
                                const uint8_t *const *w, int nw, int64_t ldw, braze_qep_fn ep, void **args,
