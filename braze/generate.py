@@ -229,19 +229,21 @@ class PrefillStep:
     with one call, no ops recorded, as a decoding step does. Prompts longer than the
     last bucket, or that do not fit the caches padded, run as they are, recorded; so does
     everything on the reference executor (``BRAZE_FUSION=0``), where padding would only
-    cost time, and on another device (no capture there yet). A quantized matmul's rows
+    cost time. On the cuda device the ids and the row index are device tensors written
+    per prompt, and the capture replays the bucket's launches (on a GPU one CUDA graph),
+    as ``DecodeStep``'s does. A quantized matmul's rows
     cost about the same each from 16 on (the strips take x rows 16 to a register; a
     prompt of 16 costs ~1.7x one of 8): hence buckets of 8 and 16, wider past them."""
 
     def __init__(self, model: Any, caches: list[Any], capture: bool = True) -> None:
         self.model, self.caches, self.capture = model, caches, capture
+        self.device = model_device(model)
         self.buckets: dict[int, _Bucket] = {}
 
     def bucket(self, n: int) -> int | None:
         """The padded length of an n-token prompt, or None where it runs unpadded."""
         c = self.caches[0] if self.caches else None
-        if c is None or not hasattr(c, "length") or c.length != 0 or not fusion_enabled() \
-                or model_device(self.model) != CPU:
+        if c is None or not hasattr(c, "length") or c.length != 0 or not fusion_enabled():
             return None
         return next((b for b in PREFILL_BUCKETS if n <= b <= c.max_len), None)
 
@@ -254,8 +256,9 @@ class PrefillStep:
         k = self.buckets.get(b)
         if k is None:
             ids, at = np.zeros((1, b), np.int64), np.zeros(1, np.int64)
-            k = self.buckets[b] = _Bucket(ids, from_numpy(ids), at, from_numpy(at),
-                                          StepCapture(static=True) if self.capture else None)
+            ids_t, at_t = ((from_numpy(ids), from_numpy(at)) if self.device == CPU
+                           else (tensor(ids, device=self.device), tensor(at, device=self.device)))
+            k = self.buckets[b] = _Bucket(ids, ids_t, at, at_t, StepCapture(static=True) if self.capture else None)
         return k
 
     def _fill(self, k: _Bucket, prompt_ids: Sequence[int]) -> None:
@@ -264,13 +267,16 @@ class PrefillStep:
         k.ids[0, :n] = prompt_ids
         k.ids[0, n:] = 0
         k.at[0] = n - 1
+        if self.device != CPU:  # the same tensors every prompt, written outside the stream
+            cuda_memory.fill(k.ids_t._storage.data(), k.ids)
+            cuda_memory.fill(k.at_t._storage.data(), k.at)
 
     def compile_ahead(self, prompt_ids: Sequence[int]) -> None:
         """Before a bucket's first prompt: start compiling its kernels in the background
         (``ahead.py``), so that they compile while other work runs (recording and
         scheduling the decoding step to compile it ahead too) instead of after it."""
         b = self.bucket(len(prompt_ids))
-        if b is None or b in self.buckets:
+        if b is None or b in self.buckets or self.device != CPU:  # (C kernels, as DecodeStep's)
             return
         k = self._bucket(b)
         self._fill(k, prompt_ids)

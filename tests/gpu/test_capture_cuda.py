@@ -15,7 +15,7 @@ import pytest
 
 import braze
 from braze.capture import StepCapture
-from braze.generate import DecodeStep, generate_ids
+from braze.generate import PREFILL_BUCKETS, DecodeStep, PrefillStep, generate_ids
 from braze.models import load_llm
 from braze.runtime import cuda, cuda_memory
 from braze.runtime.cuda_replay import Replay
@@ -158,6 +158,39 @@ def test_bad_input_to_a_captured_cuda_step_is_a_typed_error(decoded: Decoded) ->
     finally:
         for c, n in zip(caches, lengths):
             c.length = n
+
+
+def test_a_padded_prefill_on_cuda_is_captured_and_gives_the_prompts_logits(decoded: Decoded) -> None:
+    """Prompts of 9, 12, 14 and 16 tokens run in the 16-token bucket (the first three
+    padded): each one's last logits are the float64 reference's; the first two are
+    watched, the others replay the capture: no op recorded, and the two replays launch
+    the same kernels over the same arguments (the ids and the row index are written in
+    place), what one CUDA graph needs."""
+    model = decoded.model
+    caches = model.new_cache(64)
+    step = PrefillStep(model, caches)
+    rng = np.random.default_rng(9)
+    prompts = [[int(t) for t in rng.integers(32, 250, n)] for n in (9, 12, 14, 16)]
+    launches: list[list[tuple[Any, ...]]] = []
+    for i, ids in enumerate(prompts):
+        for c in caches:
+            c.length = 0
+        assert step.bucket(len(ids)) == 16 == next(b for b in PREFILL_BUCKETS if b >= len(ids))
+        calls: list[tuple[Any, ...]] = []
+        before = braze.stats()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(cuda, "launch_one", _record(calls))
+            got = step(ids).copy()
+        after = braze.stats()
+        launches.append(calls)
+        np.testing.assert_allclose(got, reference_logits(SPEC, decoded.weights, ids)[-1], atol=SPEC.atol, rtol=0)
+        assert caches[0].length == len(ids)
+        if i >= 2:
+            assert step.captured == [16]
+            assert after["nodes_recorded"] == before["nodes_recorded"]
+    assert len(launches[2]) > 10
+    assert launches[2] == launches[3]
+    assert [c[0] for c in launches[1]] == [c[0] for c in launches[2]]  # watched and replayed: the same kernels
 
 
 def test_an_affine_step_on_cuda_replays_new_positions(monkeypatch: pytest.MonkeyPatch) -> None:
