@@ -127,7 +127,7 @@ class Engine:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._m = Metrics()
-        self._warmup = warmup  # capture every decoding bucket on the engine's thread before serving
+        self._warmup = warmup  # capture every step (decoding and prefill buckets) on the engine's thread before serving
         self._runner = PagedRunner(model.model, self.context_length, max_batch, kv_tokens, chunk,
                                    turn_rows=turn_tokens)
 

@@ -68,10 +68,9 @@ FREE_TURNS = 4
 # decoding steps in one turn, a longer one as a prefill chunk. Chosen while prefill's
 # GEMM dequantized every weight (~6x a step of 8 rows for 16 tokens). On the strips, at
 # 1 thread, a step of 8 rows takes 25 ms and the prefill program 43 ms for 16 tokens,
-# 60 for 32 (bench/RESULTS.md, twelfth session): the chunk would be up to 40 ms sooner
-# for prompts of 9-32 tokens, but its buckets are not captured by `warm`, so each
-# bucket's first prompts would record and compile (a first-token P99 of 1.7 s on a
-# cold cache); the rows run the warmed decoding buckets.
+# 60 for 32 (bench/RESULTS.md, twelfth session): about even for 9-16 tokens, the chunk
+# up to 40 ms sooner for 17-32. Tried at 1 (before `warm` captured the chunks' buckets):
+# no gain at 1 client in `braze bench serve`'s mix, whose prompts are mostly longer.
 ROW_STEPS = 4
 KV_BUDGET = 256 << 20  # the pool's default size in bytes (at least one full context; at most max_batch)
 
@@ -171,25 +170,35 @@ class PagedRunner:
         return True
 
     def warm(self) -> int:
-        """Record and capture every decoding bucket (batch sizes x table widths up to the
-        context) before any request, as a server captures its CUDA graphs at start: a
-        bucket's first runs record the model (~100 ms each), which would otherwise land
-        between two tokens of a running sequence. Rows are all padding (block 0). Returns
-        the number of buckets."""
+        """Record and capture every step the runner can take before any request, as a
+        server captures its CUDA graphs at start: every decoding bucket (batch sizes x
+        table widths up to the context) and every prefill chunk's (chunk buckets up to
+        ``chunk`` x the table widths a chunk of that bucket can need). A bucket's first
+        runs record the model (~100 ms each, on a cold kernel cache seconds of compiling),
+        which would otherwise land in some request's time to first token or between two
+        tokens of a running sequence. Rows are all padding (block 0). Returns the number
+        of buckets."""
         sizes = sorted({min(_pow2(n), self.rows) for n in range(1, self.max_batch + 1)})
         widths = sorted({min(_pow2(w), self.max_width) for w in range(1, self.max_width + 1)})
-        for b in sizes:
-            for w in widths:
-                k = self._bucket(b, 1, w)
-                k.ids[:] = 0
-                k.index.pos[:] = 0
-                k.index.slots[:] = TRASH * BLOCK_SIZE
-                k.index.table[:] = TRASH
-                for _ in range(4):  # a static capture is ready after two matching runs
-                    self._run(k, [0], prefill=False)
-                    if k.capture is None or k.capture.ready or k.capture.reason:
-                        break
-        return len(sizes) * len(widths)
+        steps = [(b, 1, w) for b in sizes for w in widths]
+        lo = 1  # the fewest tokens a chunk of the next bucket holds
+        for t in PREFILL_BUCKETS:
+            if lo > min(self.chunk, self.ctx):
+                break
+            steps += [(1, t, w) for w in widths if w >= min(_pow2(-(-lo // BLOCK_SIZE)), self.max_width)]
+            lo = t + 1
+        for b, t, w in steps:
+            k = self._bucket(b, t, w)
+            k.ids[:] = 0
+            k.index.pos[:] = 0
+            k.index.slots[:] = TRASH * BLOCK_SIZE
+            k.index.table[:] = TRASH
+            k.at[0] = t - 1
+            for _ in range(4):  # a static capture is ready after two matching runs
+                self._run(k, [0], prefill=t > 1)
+                if k.capture is None or k.capture.ready or k.capture.reason:
+                    break
+        return len(steps)
 
     # -- a turn -----------------------------------------------------------------------------
     def step(self, running: list[S]) -> list[S]:

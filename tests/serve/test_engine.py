@@ -243,13 +243,22 @@ def test_ignore_eos_generates_past_the_end_of_sequence(smollm: Any) -> None:
     assert col.tokens(goes_on)[n] in tok.eos_ids and len(col.tokens(goes_on)) == 48
 
 
-def test_warmup_captures_every_decoding_bucket_before_serving(smollm: Any, reference: dict[str, list[int]]) -> None:
+def test_warmup_captures_every_step_before_serving(smollm: Any, reference: dict[str, list[int]]) -> None:
+    """Every decoding bucket and every prefill chunk's is captured before the first
+    request, so serving records no step of its own."""
     with Engine(smollm, max_batch=2, ctx=64, warmup=True) as engine:
-        col, ids = run_all(engine, smollm, PROMPTS[:2])
+        engine.run(lambda: None).result(timeout=300)  # the warm-up ran first on the engine's thread
         assert not engine.warming
-        buckets = {key: b.capture for key, b in engine._runner.buckets.items() if key[1] == 1}
-    # batch 1 and 2, table widths 1, 2, 4 (64 positions of 16): all captured by the warm-up
-    assert sorted(buckets) == [(b, 1, w) for b in (1, 2) for w in (1, 2, 4)]
-    assert all(c is not None and c.ready for c in buckets.values())
-    for p, sid in zip(PROMPTS[:2], ids):
+        warmed = {key: b.capture for key, b in engine._runner.buckets.items()}
+        long = PROMPTS[3]  # third at a batch of 2: alone after the others, fed as a prefill chunk
+        col, ids = run_all(engine, smollm, [*PROMPTS[:2], long])
+        after = set(engine._runner.buckets)
+    # decoding: batch 1 and 2, table widths 1, 2, 4 (64 positions of 16); prefill chunks:
+    # each bucket of at most 64 tokens at the widths a chunk of it can need
+    assert sorted(k for k in warmed if k[1] == 1) == [(b, 1, w) for b in (1, 2) for w in (1, 2, 4)]
+    assert sorted(k for k in warmed if k[1] > 1) == [(1, 8, 1), (1, 8, 2), (1, 8, 4), (1, 16, 1), (1, 16, 2),
+                                                     (1, 16, 4), (1, 32, 2), (1, 32, 4), (1, 48, 4), (1, 64, 4)]
+    assert all(c is not None and c.ready for c in warmed.values())
+    assert after == set(warmed)
+    for p, sid in zip([*PROMPTS[:2], long], ids):
         assert col.tokens(sid) == reference[p], p
