@@ -64,12 +64,16 @@ class StepCapture:
     """Observe ``fn`` at consecutive positions, then replay it: ``observe(pos, fn)``
     until ``ready`` (or ``reason`` says why it never will be), then ``replay(pos)``."""
 
-    def __init__(self, static: bool = False, outputs: dict[Any, np.ndarray] | None = None) -> None:
+    def __init__(self, static: bool = False, outputs: dict[Any, np.ndarray] | None = None,
+                 arena: cpu_replay.SharedArena | None = None) -> None:
         self.static = static
         # Captures that never run at the same time and whose caller copies what it reads
         # of a replay's output before the next (a server's step buckets) may share one
         # output buffer per dtype and size: pass them one dict. Else each holds its own.
+        # Such captures may share one arena too (their plans' internal buffers, dead
+        # between runs): pass them one ``SharedArena``.
         self.outputs = outputs
+        self.arena = arena
         self.observations = 2 if static else OBSERVATIONS
         self.runs: list[tuple[int, list[Any], Tensor]] = []
         self.segments: list[Segment] | None = None
@@ -146,7 +150,7 @@ class StepCapture:
             if shared is not st.array:
                 st.array = shared
         try:
-            self.driver = _replayer(segments)
+            self.driver = _replayer(segments, self.arena)
         except ValueError as e:
             return str(e)
         self.segments, self.first = segments, p0
@@ -154,16 +158,16 @@ class StepCapture:
         return ""
 
 
-def _replayer(segments: list[Segment]) -> Replayer:
-    """The replay of ``segments`` on their device (all on one); ``ValueError`` says why
-    they cannot be replayed."""
+def _replayer(segments: list[Segment], arena: cpu_replay.SharedArena | None = None) -> Replayer:
+    """The replay of ``segments`` on their device (all on one; on the CPU their arenas
+    from ``arena`` where given); ``ValueError`` says why they cannot be replayed."""
     if all(isinstance(seg.plan, planmod.Plan) for seg in segments):
         extern = next((seg.nodes[st.node].op.name for seg in segments for st in seg.plan.steps
                        if isinstance(st, planmod.ExternStep)), None)
         if extern is not None:
             raise ValueError(f"an extern step ({extern}) is not compiled code: the step cannot be one call")
         for seg in segments:
-            cpu_replay.prepare(seg)
+            cpu_replay.prepare(seg, arena)
         driver = cpu_replay.Driver(segments)
         # Bound: the replay needs the storages, not the nodes (~800 of them a step, with
         # their operands: 0.75 MiB a capture, 21 of a server's 28 decoding buckets). The

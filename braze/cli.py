@@ -339,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: 1.5 steps, 12 rows)")
     s.add_argument("--warmup", action="store_true",
                    help="capture every decoding step and prefill chunk shape before serving (steady latency "
-                        "from the first request; start-up takes longer: ~25 s at --ctx 1024 with kernels cached)")
+                        "from the first request; start-up takes longer: ~12 s at --ctx 1024 with kernels cached)")
     s.add_argument("--replicas", type=A.positive, default=1,
                    help="engine replicas behind Ray Serve's proxy (more than 1 needs braze's 'scale' extra)")
     s.set_defaults(func=cmd_serve)

@@ -20,14 +20,31 @@ from ..stream import Node
 from . import cpu, memory, units
 
 
-def prepare(seg: Segment) -> None:
-    """Bind the plan's buffers once (its arena held by the capture, its outputs
-    allocated) and build each kernel's argument array, so that a replay only writes
-    the moving pointers and calls. Every step is a kernel (``_build`` refused extern
-    steps), so every buffer is bound here, once."""
+class SharedArena:
+    """One arena for the segments of captures that never run at the same time (a
+    server's step buckets, run one at a time on its engine thread): a plan's arena holds
+    only its internal buffers, written before they are read in every run, so one block
+    serves them all. It grows by doubling; the blocks it outgrew stay held by the
+    captures bound to them, so all of it is at most twice the largest arena (a server's
+    72 buckets held ~130 MiB of arenas of their own)."""
+
+    def __init__(self) -> None:
+        self.block: np.ndarray | None = None
+
+    def get(self, nbytes: int) -> np.ndarray:
+        if self.block is None or self.block.nbytes < nbytes:
+            self.block = memory.arena(max(nbytes, 2 * self.block.nbytes if self.block is not None else 0))
+        return self.block
+
+
+def prepare(seg: Segment, shared: SharedArena | None = None) -> None:
+    """Bind the plan's buffers once (its arena held by the capture, or ``shared``'s
+    block, its outputs allocated) and build each kernel's argument array, so that a
+    replay only writes the moving pointers and calls. Every step is a kernel (``_build``
+    refused extern steps), so every buffer is bound here, once."""
     plan, storages, nodes = seg.plan, seg.storages, seg.nodes
     if plan.offsets:
-        seg.arena = memory.arena(plan.arena_bytes)
+        seg.arena = shared.get(plan.arena_bytes) if shared is not None else memory.arena(plan.arena_bytes)
         base = seg.arena.ctypes.data
         for k, off in plan.offsets.items():
             st = storages[k]

@@ -32,6 +32,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from ..capture import StepCapture
+from ..runtime.cpu_replay import SharedArena
 from ..codegen.quant import FEW
 from ..creation import from_numpy
 from ..generate import PREFILL_BUCKETS, before_replay
@@ -114,6 +115,7 @@ class PagedRunner:
         # the captured buckets' logits, one buffer per size: steps run one at a time and
         # each copies the rows it needs before the next (a bucket's own was 20 MiB in all)
         self.outputs: dict[Any, np.ndarray] = {}
+        self.arena = SharedArena()  # and one arena: steps run one at a time
         self.rows = min(max_batch, DECODE_ROWS)  # rows of one decoding step
         # rows per turn while sequences decode: a full batch's step and half a step of
         # prompt tokens, so a prompt's turn costs ~1.6x a decoding step, not a prefill
@@ -172,20 +174,24 @@ class PagedRunner:
     def warm(self) -> int:
         """Record and capture every step the runner can take before any request, as a
         server captures its CUDA graphs at start: every decoding bucket (batch sizes x
-        table widths up to the context) and every prefill chunk's (chunk buckets up to
-        ``chunk`` x the table widths a chunk of that bucket can need). A bucket's first
-        runs record the model (~100 ms each, on a cold kernel cache seconds of compiling),
-        which would otherwise land in some request's time to first token or between two
-        tokens of a running sequence. Rows are all padding (block 0). Returns the number
-        of buckets."""
+        table widths up to the context) and a prompt's first chunk in every prefill
+        bucket up to ``chunk``. A bucket's first runs record the model (~100 ms each, on
+        a cold kernel cache seconds of compiling), which would otherwise land in some
+        request's time to first token or between two tokens of a running sequence. Each
+        captured bucket holds ~3.5 MiB (its program's recorded form and buffers): every
+        width of every prefill bucket (44 at --ctx 1024) would be ~160 MiB more, for
+        later chunks and prompts after a cached prefix only. Rows are all padding (block
+        0). Returns the number of buckets."""
         sizes = sorted({min(_pow2(n), self.rows) for n in range(1, self.max_batch + 1)})
         widths = sorted({min(_pow2(w), self.max_width) for w in range(1, self.max_width + 1)})
         steps = [(b, 1, w) for b in sizes for w in widths]
+        # a prompt's first chunk: its bucket at the width its blocks take (one per bucket);
+        # a later chunk's, or one after a cached prefix, is recorded on its first use
         lo = 1  # the fewest tokens a chunk of the next bucket holds
         for t in PREFILL_BUCKETS:
             if lo > min(self.chunk, self.ctx):
                 break
-            steps += [(1, t, w) for w in widths if w >= min(_pow2(-(-lo // BLOCK_SIZE)), self.max_width)]
+            steps.append((1, t, min(_pow2(-(-min(t, self.ctx) // BLOCK_SIZE)), self.max_width)))
             lo = t + 1
         for b, t, w in steps:
             k = self._bucket(b, t, w)
@@ -320,7 +326,8 @@ class PagedRunner:
             index = PagedIndex(batch, tokens, width)
             ids, at = np.zeros((batch, tokens), np.int64), np.zeros(1, np.int64)
             caches = [PagedKVCache(kp, vp, BLOCK_SIZE, index) for kp, vp in self.pools]
-            cap = StepCapture(static=True, outputs=self.outputs) if self.capture and fusion_enabled() else None
+            cap = (StepCapture(static=True, outputs=self.outputs, arena=self.arena)
+                   if self.capture and fusion_enabled() else None)
             k = self.buckets[key] = _Bucket(index, ids, from_numpy(ids), at, from_numpy(at), caches, cap)
         return k
 
