@@ -231,9 +231,9 @@ class PrefillStep:
     everything on the reference executor (``BRAZE_FUSION=0``), where padding would only
     cost time. On the cuda device the ids and the row index are device tensors written
     per prompt, and the capture replays the bucket's launches (on a GPU one CUDA graph),
-    as ``DecodeStep``'s does. A quantized matmul's rows
-    cost about the same each from 16 on (the strips take x rows 16 to a register; a
-    prompt of 16 costs ~1.7x one of 8): hence buckets of 8 and 16, wider past them."""
+    as ``DecodeStep``'s does. A quantized matmul's rows cost about the same each from 16
+    on (the strips take x rows 16 to a register; a prompt of 16 costs ~1.7x one of 8):
+    hence buckets of 8 and 16, wider past them."""
 
     def __init__(self, model: Any, caches: list[Any], capture: bool = True) -> None:
         self.model, self.caches, self.capture = model, caches, capture

@@ -68,6 +68,9 @@ static inline void braze_q_gemm_tile(int64_t m, int64_t n0, int64_t nt, int64_t 
     }
 }
 
+/* the n (or fewer, at the end) of m items from i0: a block of columns, a group or pass of rows */
+static inline int64_t braze_q_span(int64_t m, int64_t i0, int64_t n) { return m - i0 < n ? m - i0 : n; }
+
 /* Thread-private scratch, grown as needed and kept (a decoding step allocates nothing
  * after the first). */
 static inline void *braze_q_scratch(int slot, size_t bytes) {
@@ -237,7 +240,7 @@ static inline void braze_qs_prepare(int64_t m, int64_t kp, const char **xq, cons
     const int64_t nb = kp / 32, groups = (m + BRAZE_QG - 1) / BRAZE_QG;
     int8_t *x0 = (int8_t *)braze_q_scratch(6, (size_t)(groups * braze_qs_xstep(kp)));
     for (int64_t g = 0; g < groups; g++) {
-        const int64_t mg = m - g * BRAZE_QG < BRAZE_QG ? m - g * BRAZE_QG : BRAZE_QG;
+        const int64_t mg = braze_q_span(m, g * BRAZE_QG, BRAZE_QG);
         const int8_t *src = (const int8_t *)*xq + g * BRAZE_QG * 2 * kp;
         const float *sd = *dx + g * BRAZE_QG * nb;
         int8_t *xg = x0 + g * braze_qs_xstep(kp);
@@ -337,7 +340,7 @@ static inline __attribute__((always_inline)) void braze_qs_dots(const int R, con
         int64_t kp, const uint8_t *restrict q, int64_t ldq, int64_t bstep, const float *restrict s, const char *xq,
         const float *dx, float *restrict out) {
     for (int64_t r0 = 0; r0 < m; r0 += BRAZE_QG) {  /* a group of x rows at a time, W's rows from L1 after the first */
-        const int64_t mg = m - r0 < BRAZE_QG ? m - r0 : BRAZE_QG;
+        const int64_t mg = braze_q_span(m, r0, BRAZE_QG);
         const int8_t *xg = (const int8_t *)xq + r0 / BRAZE_QG * braze_qs_xstep(kp);
         const float *dg = dx + r0 / BRAZE_QG * braze_qs_dstep(kp);
         float *og = out + r0 * BRAZE_QEPN;
@@ -608,22 +611,26 @@ static inline void NAME(int64_t m, int64_t n, int64_t k, const float *x, int64_t
     int par = nthreads > 1 && nw * n * ldw >= BRAZE_QPAR_MIN;                                                \
     /* one weight, the common case, is taken with NW a literal (a loop over a variable nw cost 2.5%) */      \
     const int64_t cols = braze_qep_cols(n, par ? nthreads : 1);                                              \
-    _Pragma("omp parallel for schedule(static) num_threads(par ? nthreads : 1)")                            \
-    for (int64_t j0 = 0; j0 < n; j0 += cols) {                                                               \
+    _Pragma("omp parallel num_threads(par ? nthreads : 1)")                                                 \
+    {   /* each thread's tile of sums, once per call */                                                      \
         float *t = (float *)braze_q_scratch(7, (size_t)nw * BRAZE_QPASS * BRAZE_QEPN * 4), *acc[BRAZE_QMAXW]; \
-        int64_t nj = n - j0 < cols ? n - j0 : cols;                                                          \
         for (int i = 0; i < nw; i++) acc[i] = t + i * BRAZE_QPASS * BRAZE_QEPN;                              \
-        /* the x rows a pass at a time (the sums' tile); the columns' W from L2 after the first */          \
-        for (int64_t r0 = 0; r0 < m; r0 += BRAZE_QPASS) {                                                    \
-            const int64_t mp = m - r0 < BRAZE_QPASS ? m - r0 : BRAZE_QPASS;                                  \
-            if (nw == 1) COLS(1, mp, r0, j0, nj, k, w, ldw, x, lda, xq, xsz, dx, xs, acc);                   \
-            else COLS(nw, mp, r0, j0, nj, k, w, ldw, x, lda, xq, xsz, dx, xs, acc);                          \
-            ep(args, r0, mp, j0, nj, acc, BRAZE_QEPN);                                                       \
+        _Pragma("omp for schedule(static)")                                                                  \
+        for (int64_t j0 = 0; j0 < n; j0 += cols) {                                                           \
+            const int64_t nj = braze_q_span(n, j0, cols);                                                    \
+            /* the x rows a pass at a time (the sums' tile); the columns' W from L2 after the first */      \
+            for (int64_t r0 = 0; r0 < m; r0 += BRAZE_QPASS) {                                                \
+                const int64_t mp = braze_q_span(m, r0, BRAZE_QPASS);                                         \
+                if (nw == 1) COLS(1, mp, r0, j0, nj, k, w, ldw, x, lda, xq, xsz, dx, xs, acc);               \
+                else COLS(nw, mp, r0, j0, nj, k, w, ldw, x, lda, xq, xsz, dx, xs, acc);                      \
+                ep(args, r0, mp, j0, nj, acc, BRAZE_QEPN);                                                   \
+            }                                                                                                \
         }                                                                                                    \
     }                                                                                                        \
 }
 
-/* A quantized type's kernel: integer matrix-vector for few rows, GEMM for many. */
+/* A quantized type's kernel: in int8x2 (mode 3) one row by the matrix-vector dot, more by
+ * the strips; in the other modes few rows by the matrix-vector dot, many by the GEMM. */
 #define BRAZE_QLINEAR(T, BS, TS, CH, MODE, WREAD)                                                                      \
 static void braze_rowf_##T(const uint8_t *w, int64_t k, float *out) {                                        \
     uint8_t q[BS]; float s[BS / CH], o[BS / CH];                                                             \

@@ -32,11 +32,11 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from ..capture import StepCapture
-from ..runtime.cpu_replay import SharedArena
 from ..codegen.quant import FEW
 from ..creation import from_numpy
 from ..generate import PREFILL_BUCKETS, before_replay
 from ..nn.paged import PagedIndex, PagedKVCache
+from ..runtime.cpu_replay import SharedArena
 from ..stream import fusion_enabled
 from .blocks import TRASH, BlockPool, prefix_hashes
 
@@ -187,12 +187,10 @@ class PagedRunner:
         steps = [(b, 1, w) for b in sizes for w in widths]
         # a prompt's first chunk: its bucket at the width its blocks take (one per bucket);
         # a later chunk's, or one after a cached prefix, is recorded on its first use
-        lo = 1  # the fewest tokens a chunk of the next bucket holds
         for t in PREFILL_BUCKETS:
-            if lo > min(self.chunk, self.ctx):
-                break
             steps.append((1, t, min(_pow2(-(-min(t, self.ctx) // BLOCK_SIZE)), self.max_width)))
-            lo = t + 1
+            if t >= min(self.chunk, self.ctx):  # the last bucket a chunk can take
+                break
         for b, t, w in steps:
             k = self._bucket(b, t, w)
             k.ids[:] = 0
