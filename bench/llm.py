@@ -19,6 +19,10 @@ thread variables set before Python starts. It loads the model, then measures:
             median over ``--tg-reps`` runs on fresh caches after one warm-up run.
             llama-bench decodes from an empty context, so each run starts after a
             one-token prompt (its prefill, not timed): the context grows 1 .. G + 1.
+            With ``--depth D`` (llama-bench's ``-d D``) after a D-token prompt instead:
+            decoding at a long context, where each step also reads D positions of keys
+            and values. Both KV caches hold float16 (braze's ``generate.KV_DTYPE``,
+            llama.cpp's default cache type).
   latency   ``--latency-tokens`` more such steps after the same one-token prompt, each
             timed alone (perf_counter): P50, P99 and P99/P50 (how steady a step is:
             garbage collection, allocation, thread wake-ups show up in P99). Around each
@@ -31,8 +35,8 @@ thread variables set before Python starts. It loads the model, then measures:
             kernel launches, allocations, Python-to-C calls (``c_calls``, "n/a" while
             braze has no such counter) and nodes recorded.
 
-Every decoding run (warm-up, tg, latency) uses a cache of ``1 + max(G, latency tokens)``
-positions: decoding attends over the whole preallocated cache with unwritten positions
+Every decoding run (warm-up, tg, latency) uses a cache of ``max(1, D) + max(G, latency
+tokens + 8)`` positions: decoding attends over the whole preallocated cache with unwritten positions
 masked off, so one cache size means one compiled step plan for all of them.
 
 llama.cpp: with ``--llama-bench PATH`` (else ``$BRAZE_LLAMA_BENCH``, else
@@ -135,17 +139,17 @@ def _materialize(caches: Any) -> None:
                 t.realize()
 
 
-def _decode_run(model: Any, first: int, steps: int, cache_len: int, warmup: int = 0
+def _decode_run(model: Any, prompt: list[int], steps: int, cache_len: int, warmup: int = 0
                 ) -> tuple[float, list[float], dict[str, int], list[float]]:
-    """``steps`` greedy decoding steps after a one-token prompt and ``warmup`` untimed
-    steps, on a fresh cache: the total time, each step's time (seconds), braze's
+    """``steps`` greedy decoding steps after ``prompt`` (one token, or ``--depth``'s)
+    and ``warmup`` untimed steps, on a fresh cache: the total time, each step's time (seconds), braze's
     counters over the timed steps alone and each step's run-queue wait (seconds, summed
     over the process's threads: ``schedstat.py``; empty where Linux does not say)."""
     from braze import stats
     with decode_session(model, cache_len) as session:
         caches = session.caches
         _materialize(caches)
-        token = int(np.argmax(prefill(session, [first])))
+        token = int(np.argmax(prefill(session, prompt)))
         for _ in range(warmup):  # the steps a capture watches before it replays
             token = int(np.argmax(decode_step(session, token)))
         times: list[float] = []
@@ -164,6 +168,12 @@ def _decode_run(model: Any, first: int, steps: int, cache_len: int, warmup: int 
         total = time.perf_counter() - t_start
         after = stats()
     return total, times, {k: after[k] - before[k] for k in after if k in before}, waits
+
+
+def decode_cache_len(args: argparse.Namespace) -> int:
+    """Positions of every decoding run's cache: the prompt (one token, or the depth's),
+    and the most steps a run takes."""
+    return max(args.depth, 1) + max(args.gen_tokens, args.latency_tokens + WARMUP_STEPS)
 
 
 def run_worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -188,8 +198,9 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
     # warm-up: schedules and compiles the prompt's plan; then the capture watches a second prompt
     pp_first = one_prefill()
     one_prefill()
-    cache_len = 1 + max(g, lat + WARMUP_STEPS)
-    tg_first = _decode_run(model, ids[0], g, cache_len)[0]  # warm-up: compiles the step's plan
+    cache_len = decode_cache_len(args)
+    start = _prompt_ids(loaded.tokenizer, args.depth) if args.depth else ids[:1]
+    tg_first = _decode_run(model, start, g, cache_len)[0]  # warm-up: compiles the step's plan
     # a cold kernel cache: the warm-ups ran on compile units while the whole modules
     # compile in the background (runtime/units.py, ``later``); timed, that gcc would
     # take a core from a 2-thread step and the kernel swap would land inside the timed
@@ -198,11 +209,11 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
     units.wait()
     compile_wait = time.perf_counter() - t0
     pp = [one_prefill() for _ in range(args.reps)]
-    tg = [_decode_run(model, ids[0], g, cache_len)[0] for _ in range(args.tg_reps)]
+    tg = [_decode_run(model, start, g, cache_len)[0] for _ in range(args.tg_reps)]
 
     # per-step latency and counters after warm-up (the capture's first steps), as the
     # issue counts them; tg64 above includes those steps, as a generation does
-    _, steps, counted, waits = _decode_run(model, ids[0], lat, cache_len, WARMUP_STEPS)
+    _, steps, counted, waits = _decode_run(model, start, lat, cache_len, WARMUP_STEPS)
     per_step: dict[str, float | None] = {
         # None: braze has no such counter (yet); the table prints "n/a"
         key: counted[key] / lat if key in counted else None
@@ -314,7 +325,8 @@ def run_braze(args: argparse.Namespace, model: str, threads: int, workdir: Path)
     result = workdir / f"braze-{threads}.json"
     cmd = [sys.executable, "-m", "bench.llm", "--worker", str(result), "--worker-threads", str(threads),
            "--model", model, "--prompt-tokens", str(args.prompt_tokens), "--gen-tokens", str(args.gen_tokens),
-           "--latency-tokens", str(args.latency_tokens), "--reps", str(args.reps), "--tg-reps", str(args.tg_reps)]
+           "--latency-tokens", str(args.latency_tokens), "--reps", str(args.reps), "--tg-reps", str(args.tg_reps),
+           "--depth", str(args.depth)]
     child = _run(cmd, thread_env(threads), args.timeout, workdir, f"braze-{threads}")
     if child.rc != 0 or not result.exists():
         tail = "\n".join(child.err.strip().splitlines()[-15:])
@@ -341,7 +353,7 @@ def find_llama_bench(args: argparse.Namespace) -> tuple[Path | None, str]:
 
 def run_llama(args: argparse.Namespace, binary: Path, model: str, threads: int, workdir: Path) -> dict[str, Any]:
     cmd = [str(binary), "-m", model, "-p", str(args.prompt_tokens), "-n", str(args.gen_tokens),
-           "-t", str(threads), "-r", str(args.reps), "-o", "json"]
+           "-t", str(threads), "-r", str(args.reps), "-o", "json", *(["-d", str(args.depth)] if args.depth else [])]
     child = _run(cmd, thread_env(threads), args.timeout, workdir, f"llama-{threads}")
     rc, out, err = child.rc, child.out, child.err
     row: dict[str, Any] = {"engine": "llama.cpp", "threads": threads, "command": " ".join(cmd),
@@ -442,10 +454,11 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def table(model_name: str, p: int, g: int, braze_rows: list[dict[str, Any]],
-          llama_rows: dict[int, dict[str, Any]]) -> str:
-    head = ["model", "threads", f"braze pp{p} tok/s", f"braze tg{g} tok/s", "P50 ms", "P99 ms", "P99/P50",
+          llama_rows: dict[int, dict[str, Any]], depth: int = 0) -> str:
+    tg = f"tg{g}" + (f" @ d{depth}" if depth else "")  # llama-bench's name for it
+    head = ["model", "threads", f"braze pp{p} tok/s", f"braze {tg} tok/s", "P50 ms", "P99 ms", "P99/P50",
             "descheduled steps", "P99/P50 of the others", "RSS MiB", "kernels/step", "C calls/step", "allocations/step", "nodes/step",
-            f"llama.cpp pp{p} tok/s", f"llama.cpp tg{g} tok/s", "llama.cpp RSS MiB",
+            f"llama.cpp pp{p} tok/s", f"llama.cpp {tg} tok/s", "llama.cpp RSS MiB",
             "pp braze/llama.cpp", "tg braze/llama.cpp"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in braze_rows:
@@ -503,6 +516,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     ap.add_argument("--prompt-tokens", type=int, default=128, help="prefill length P, as llama-bench -p (default 128)")
     ap.add_argument("--gen-tokens", type=int, default=64, help="decoded tokens G, as llama-bench -n (default 64)")
+    ap.add_argument("--depth", type=int, default=0,
+                    help="decode after a prompt of this many tokens, as llama-bench -d (default 0: an empty context)")
     ap.add_argument("--latency-tokens", type=int, default=256, help="individually timed steps (default 256)")
     ap.add_argument("--reps", type=int, default=5, help="prefill repetitions, and llama-bench -r (default 5)")
     ap.add_argument("--tg-reps", type=int, default=3, help="decoding runs of G tokens (default 3)")
@@ -529,6 +544,8 @@ def main(argv: list[str] | None = None) -> int:
     if not threads or min(threads) < 1 or min(args.prompt_tokens, args.gen_tokens, args.latency_tokens,
                                              args.reps, args.tg_reps) < 1:
         ap.error("--threads, the token counts and the repetitions must be positive")
+    if args.depth < 0:
+        ap.error("--depth must be 0 or more")
 
     from .harness import loadavg, machine, model_file
 
@@ -572,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"generation's memory: braze generate --max-tokens {args.generate_tokens} (twice), llama.cpp ...")
             gen = run_generate_rss(model, binary, args.generate_tokens, args.timeout, Path(tmp))
 
-    md = table(model_name, args.prompt_tokens, args.gen_tokens, braze_rows, llama_rows)
+    md = table(model_name, args.prompt_tokens, args.gen_tokens, braze_rows, llama_rows, args.depth)
     if gen:
         md += "\n\n" + generate_rss_line(gen)
     busy = [f"{r['engine']} at {r['threads']} thread(s): {_get(r, 'process', 'other_load_cores'):.2f} cores"
@@ -588,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": {"path": model, "name": model_name},
         "settings": {"threads": threads, "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens,
                      "latency_tokens": args.latency_tokens, "reps": args.reps, "tg_reps": args.tg_reps,
-                     "decode_cache_len": 1 + max(args.gen_tokens, args.latency_tokens + WARMUP_STEPS),
+                     "decode_cache_len": decode_cache_len(args), "depth": args.depth,
                      "latency_warmup_steps": WARMUP_STEPS,
                      "thread_env": list(THREAD_VARS)},
         "timed_calls": {"prefill": "decode_session(model, n).prefill(ids): padded to its bucket, captured after two prompts",

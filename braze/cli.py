@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import cli_args as A
+from . import dtypes
 from .errors import BrazeError, InvalidArgument
 from .stats import stats
 
@@ -67,7 +68,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     loaded = _load(args)
     gs = GenerationStats()
     for piece in generate_text(loaded.model, loaded.tokenizer, args.prompt, args.max_tokens, _sampling(args),
-                               stop=args.stop or (), stats=gs, chat=args.chat):
+                               stop=args.stop or (), stats=gs, chat=args.chat,
+                               kv_dtype=getattr(dtypes, args.kv_dtype)):
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
@@ -114,7 +116,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         decoder = tok.stream(skip_special_tokens=True)
         gs = GenerationStats()
         reply = []
-        for t in generate_ids(model, ids, args.max_tokens, _sampling(args), tok.eos_ids, gs):
+        for t in generate_ids(model, ids, args.max_tokens, _sampling(args), tok.eos_ids, gs,
+                              kv_dtype=getattr(dtypes, args.kv_dtype)):
             piece = decoder.feed(t)
             reply.append(piece)
             sys.stdout.write(piece)
@@ -246,7 +249,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                  host=args.host, port=args.port, api_key=args.api_key or os.environ.get("BRAZE_API_KEY") or None,
                  max_batch=args.max_batch, ctx=args.ctx, queue_limit=args.queue_limit, kv_tokens=args.kv_tokens,
                  replicas=args.replicas, chunk=args.prefill_chunk, warmup=args.warmup,
-                 turn_tokens=args.turn_tokens)
+                 turn_tokens=args.turn_tokens, kv_dtype=args.kv_dtype)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -275,6 +278,13 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stats", action="store_true", help="print load time, tokens/s and peak memory")
     p.add_argument("--device", type=A.device, default="cpu",
                    help="where the model runs: cpu (default) or cuda (a GPU, or BRAZE_CUDA_INTERPRET=1)")
+    _add_kv_dtype(p)
+
+
+def _add_kv_dtype(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kv-dtype", choices=["float16", "bfloat16", "float32"], default="float16",
+                   help="the KV cache's element type; attention converts as it reads and computes in float32 "
+                        "(default float16, as llama.cpp's: half the memory of float32)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -330,6 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--kv-tokens", type=A.positive, default=None,
                    help="positions the paged KV cache holds for all sequences together (default: 256 MiB "
                         "worth, at least one full context)")
+    _add_kv_dtype(s)
     s.add_argument("--prefill-chunk", type=A.positive, default=256,
                    help="prompt tokens fed per engine turn while no sequence decodes (default 256)")
     s.add_argument("--turn-tokens", type=A.positive, default=None,

@@ -26,6 +26,7 @@ import numpy as np
 from .ahead import compile_ahead
 from .capture import StepCapture
 from .device import CPU
+from .dtypes import DType, float16
 from .errors import IndexOutOfRange, InvalidArgument, ShapeMismatch
 from .runtime import cuda_memory
 from .stream import fusion_enabled, stream_of
@@ -304,16 +305,22 @@ class PrefillStep:
 
 IDLE_SESSIONS = 2  # idle sessions kept per model (each holds KV caches), the most recent first
 CACHE_BUCKET = 64  # KV caches are made in multiples of this many positions, so sessions are reused
+# Generation's KV caches store float16 (llama.cpp's default cache type): a decoding step
+# reads every cached key and value, and at long contexts those bytes rival the weights'
+# (SmolLM2 at 2048 positions: 94 MB in float32 against 92 MB of Q4_1 weights). Attention
+# converts each as it loads it and computes in float32. ``kv_dtype`` picks another.
+KV_DTYPE = float16
 
 
-def _idle(model: Any) -> list[tuple[tuple[int, bool, Any], DecodeStep]]:
+def _idle(model: Any) -> list[tuple[tuple[int, bool, Any, DType], DecodeStep]]:
     """The model's idle sessions, kept on the model itself (so they go with it)."""
     return vars(model).setdefault("_idle_decode_sessions", [])
 
 
 @contextmanager
-def decode_session(model: Any, max_len: int, capture: bool = True) -> Iterator[DecodeStep]:
-    """A ``DecodeStep`` over empty KV caches of at least ``max_len`` positions (a
+def decode_session(model: Any, max_len: int, capture: bool = True, kv_dtype: DType = KV_DTYPE
+                   ) -> Iterator[DecodeStep]:
+    """A ``DecodeStep`` over empty KV caches (of ``kv_dtype``) of at least ``max_len`` positions (a
     multiple of ``CACHE_BUCKET``, at most the model's context), taken from the model's
     idle ones when one fits: a session's caches and its captured step outlive a
     generation, so the next generation replays at once instead of watching its first
@@ -323,10 +330,10 @@ def decode_session(model: Any, max_len: int, capture: bool = True) -> Iterator[D
     ``clear_sessions(model)``."""
     ctx = model.config.context_length
     n = min(ctx, -(-max_len // CACHE_BUCKET) * CACHE_BUCKET) if max_len <= ctx else max_len
-    key = (n, capture, model_device(model))  # (a model moved since keeps its old caches apart)
+    key = (n, capture, model_device(model), kv_dtype)  # (a model moved since keeps its old caches apart)
     idle = _idle(model)
     hit = next((i for i, (k, _) in enumerate(idle) if k == key), None)
-    step = idle.pop(hit)[1] if hit is not None else DecodeStep(model, model.new_cache(n), capture)
+    step = idle.pop(hit)[1] if hit is not None else DecodeStep(model, model.new_cache(n, dtype=kv_dtype), capture)
     for c in step.caches:
         if hasattr(c, "length"):
             c.length = 0
@@ -344,7 +351,7 @@ def clear_sessions(model: Any) -> None:
 
 def generate_ids(model: Any, prompt_ids: Sequence[int], max_tokens: int, sampling: Sampling = Sampling(),
                  eos_ids: frozenset[int] = frozenset(), stats: GenerationStats | None = None,
-                 max_context: int | None = None, capture: bool = True) -> Iterator[int]:
+                 max_context: int | None = None, capture: bool = True, kv_dtype: DType = KV_DTYPE) -> Iterator[int]:
     """Yield generated token ids, stopping at EOS (not yielded) or ``max_tokens``.
     With ``capture`` (the default) the decoding step is captured after its first
     steps and replayed without recording (``DecodeStep``)."""
@@ -357,7 +364,7 @@ def generate_ids(model: Any, prompt_ids: Sequence[int], max_tokens: int, samplin
     if len(prompt_ids) >= ctx:
         raise ShapeMismatch("generate", [(len(prompt_ids),)], f"the prompt has {len(prompt_ids)} tokens; the context holds {ctx}")
     limit = min(ctx, len(prompt_ids) + max_tokens)  # positions this generation may fill
-    with decode_session(model, limit, capture) as step:
+    with decode_session(model, limit, capture, kv_dtype) as step:
         yield from _generate(model, step, prompt_ids, max_tokens, sampling, eos_ids, stats, ctx, limit)
 
 
@@ -431,7 +438,7 @@ class TextStream:
 
 def generate_text(model: Any, tok: Tokenizer, prompt: str, max_tokens: int = 128, sampling: Sampling = Sampling(),
                   stop: Sequence[str] = (), stats: GenerationStats | None = None, chat: bool = False,
-                  parse_special: bool = True) -> Iterator[str]:
+                  parse_special: bool = True, kv_dtype: DType = KV_DTYPE) -> Iterator[str]:
     """Stream text pieces for ``prompt``; stops at EOS, at a stop string (not
     included), or after ``max_tokens``. With ``chat`` the prompt is rendered as one
     user message through the model's chat template."""
@@ -440,7 +447,7 @@ def generate_text(model: Any, tok: Tokenizer, prompt: str, max_tokens: int = 128
     ids = tok.encode(prompt, add_special_tokens=True, parse_special=parse_special)
     stats = stats if stats is not None else GenerationStats()
     text = TextStream(tok, stop)
-    for token in generate_ids(model, ids, max_tokens, sampling, tok.eos_ids, stats):
+    for token in generate_ids(model, ids, max_tokens, sampling, tok.eos_ids, stats, kv_dtype=kv_dtype):
         piece = text.feed(token)
         if piece:
             yield piece

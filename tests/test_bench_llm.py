@@ -61,7 +61,7 @@ def test_llm_benchmark_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
     out_json, out_png = tmp_path / "llm.json", tmp_path / "llm.png"
     assert main(["--threads", "1", "--prompt-tokens", "8", "--gen-tokens", "4", "--latency-tokens", "8",
-                 "--reps", "2", "--tg-reps", "1", "--no-llama-bench", "--generate-tokens", "4",
+                 "--reps", "2", "--tg-reps", "1", "--no-llama-bench", "--generate-tokens", "4", "--depth", "20",
                  "--json", str(out_json), "--png", str(out_png)]) == 0
     res = json.loads(out_json.read_text())
     assert {"machine", "model", "settings", "braze", "llama_cpp", "markdown"} <= set(res)
@@ -86,7 +86,8 @@ def test_llm_benchmark_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert gen["tokens"] == 4 and gen["braze_rss_mib"] > 0 and gen["llama"] == {}
     assert "peak RSS generating 4 tokens" in res["markdown"]
     out = capsys.readouterr().out
-    assert "| braze pp8 tok/s | braze tg4 tok/s |" in out and "llama.cpp: skipped" in out
+    assert "| braze pp8 tok/s | braze tg4 @ d20 tok/s |" in out and "llama.cpp: skipped" in out
+    assert res["settings"]["depth"] == 20 and res["settings"]["decode_cache_len"] == 20 + 8 + 8
     assert f"| {res['model']['name']} | 1 | " in out and res["markdown"] in out
     w, h, raw = _png_pixels(out_png.read_bytes())
     assert w > 100 and h > 100 and len(raw) == h * (1 + 3 * w)

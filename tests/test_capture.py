@@ -10,7 +10,7 @@ import pytest
 
 import braze
 from braze.capture import StepCapture
-from braze.generate import PREFILL_BUCKETS, DecodeStep, PrefillStep, clear_sessions, generate_ids
+from braze.generate import KV_DTYPE, PREFILL_BUCKETS, DecodeStep, PrefillStep, clear_sessions, generate_ids
 from braze.stream import fusion_enabled
 
 
@@ -21,6 +21,32 @@ def test_greedy_tokens_are_identical_with_and_without_capture(smollm: Any) -> No
     captured = list(generate_ids(smollm.model, ids, n, capture=True))
     recorded = list(generate_ids(smollm.model, ids, n, capture=False))
     assert captured == recorded
+
+
+def test_a_float16_cache_is_read_where_it_lies(smollm: Any) -> None:
+    """Generation's float16 KV cache (``generate.KV_DTYPE``): a decoding step runs the
+    kernels a float32 cache's does, and allocates no more (the attention kernel reads
+    the half cache through its cast to float32: no float32 copy of it per step); its
+    logits are the float32 cache's within float16's rounding of keys and values."""
+    if not fusion_enabled():
+        pytest.skip("the fused executor only")
+    model = smollm.model
+    prompt = smollm.tokenizer.encode("Once upon a time")
+    runs = {}
+    for dtype in (braze.float32, braze.float16):
+        caches = model.new_cache(64, dtype=dtype)
+        model(braze.tensor([prompt]), caches, last_only=True).numpy()
+        step = DecodeStep(model, caches, capture=False)
+        step(5)
+        before = braze.stats()
+        logits = step(17).copy()
+        after = braze.stats()
+        runs[dtype.name] = (logits, {k: after[k] - before[k] for k in ("kernel_launches", "bytes_allocated")})
+    (l32, s32), (l16, s16) = runs["float32"], runs["float16"]
+    assert s16["kernel_launches"] == s32["kernel_launches"], (s16, s32)
+    assert s16["bytes_allocated"] <= s32["bytes_allocated"], (s16, s32)
+    np.testing.assert_allclose(l16, l32, atol=5e-2, rtol=0)
+    assert int(np.argmax(l16)) == int(np.argmax(l32))
 
 
 def test_a_captured_step_records_nothing_and_matches_the_recorded_logits(smollm: Any) -> None:
@@ -101,7 +127,7 @@ def test_a_second_generation_replays_from_its_first_step(smollm: Any) -> None:
     ids = smollm.tokenizer.encode("Paris is a city")
     clear_sessions(model)  # sessions other tests left on the model have captured already
     first = list(generate_ids(model, ids, 10))
-    caches = model.new_cache(64)
+    caches = model.new_cache(64, dtype=KV_DTYPE)  # as generation's
     before = braze.stats()
     PrefillStep(model, caches, capture=False)(ids)
     prompt_nodes = braze.stats()["nodes_recorded"] - before["nodes_recorded"]

@@ -21,7 +21,7 @@ class Scripted:
         self.config = SimpleNamespace(context_length=context)
         self.calls: list[list[int]] = []
 
-    def new_cache(self, n: int) -> list[Any]:
+    def new_cache(self, n: int, dtype: Any = None) -> list[Any]:
         self.max_len = n
         return [SimpleNamespace(max_len=n)]
 

@@ -402,9 +402,17 @@ def test_rotary_follows_a_half_input() -> None:
     np.testing.assert_allclose(got, rope(x).numpy(), atol=5e-3)
 
 
-def test_kv_cache_refuses_another_dtype() -> None:
-    cache = nn.KVCache(1, 2, 8, 4)
-    k = braze.randn(1, 2, 1, 4).half()
-    with pytest.raises(braze.DtypeMismatch, match="KVCache.append"):
-        cache.append(k, k)
-    assert cache.length == 0
+def test_kv_cache_stores_its_dtype_and_gives_back_the_keys_dtype() -> None:
+    """A float16 cache (llama.cpp's default cache type) keeps float32 keys rounded to
+    float16 and gives them back as float32; keys and values of two dtypes, or not
+    floating point, are refused and nothing is written."""
+    cache = nn.KVCache(1, 2, 8, 4, dtype=braze.float16)
+    k, v = braze.randn(1, 2, 3, 4), braze.randn(1, 2, 3, 4)
+    ks, vs = cache.append(k, v)
+    assert ks.dtype is braze.float32 and vs.dtype is braze.float32 and cache.k.dtype is braze.float16
+    np.testing.assert_array_equal(ks.numpy(), k.numpy().astype(np.float16).astype(np.float32))
+    np.testing.assert_array_equal(vs.numpy(), v.numpy().astype(np.float16).astype(np.float32))
+    for a, b in ((k, v.half()), (k.to(braze.int32), v.to(braze.int32))):
+        with pytest.raises(braze.DtypeMismatch, match="KVCache.append"):
+            cache.append(a, b)
+    assert cache.length == 3

@@ -154,8 +154,8 @@ def paged_attention(q: braze.Tensor, kp: braze.Tensor, vp: braze.Tensor, table: 
     kvh = kp.shape[1]
     L = table.shape[1] * bs
     blocks = kp.shape[0] // bs
-    k = kp.view(blocks, bs, kvh, d)[table].reshape(b, L, kvh, d).transpose(1, 2)
-    v = vp.view(blocks, bs, kvh, d)[table].reshape(b, L, kvh, d).transpose(1, 2)
+    k = kp.view(blocks, bs, kvh, d)[table].to(q.dtype).reshape(b, L, kvh, d).transpose(1, 2)
+    v = vp.view(blocks, bs, kvh, d)[table].to(q.dtype).reshape(b, L, kvh, d).transpose(1, 2)
     mask = (braze.arange(L).reshape(1, L) <= pos.reshape(b * t, 1)).reshape(b, 1, t, L)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
 
@@ -187,21 +187,28 @@ ATTENTION_CASES = {
 }
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("name", list(ATTENTION_CASES))
-def test_attention_reads_through_the_block_table_in_one_chain_kernel(name: str, monkeypatch: Any) -> None:
+def test_attention_reads_through_the_block_table_in_one_chain_kernel(name: str, dtype: str, monkeypatch: Any) -> None:
+    """One chain kernel, its keys and values gathered as it reads them. A float16 or
+    bfloat16 pool (``braze serve``'s default KV cache is float16) is cast to float32 as
+    it is gathered (``PagedKVCache``): the kernel converts each key and value as it
+    loads it, with no gathered or converted copy; the result is the float32 attention
+    of the rounded pool's values."""
     cfg = ATTENTION_CASES[name]
     c = _case(**cfg)  # type: ignore[arg-type]
     bs = int(cfg["bs"])
     b, h, t, d = c["q"].shape
+    kp, vp = (braze.from_numpy(c[p]).to(getattr(braze, dtype)).realize() for p in ("kp", "vp"))
 
     def run() -> np.ndarray:
-        kp, vp = braze.from_numpy(c["kp"]), braze.from_numpy(c["vp"])
         table, pos = braze.from_numpy(c["table"]), braze.from_numpy(c["pos"])
         q = braze.from_numpy(c["q"])
         return paged_attention(q, kp, vp, table, pos, bs).numpy().copy()
 
     fused, ref, st = _both(monkeypatch, run)
-    want = _np_attention(c["q"], c["kp"], c["vp"], c["table"], c["pos"], bs)
+    rounded = [p.to(braze.float32).numpy() for p in (kp, vp)]
+    want = _np_attention(c["q"], *rounded, c["table"], c["pos"], bs)
     np.testing.assert_allclose(ref, want, rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(fused, want, rtol=2e-5, atol=2e-5)
     assert st["kernel_launches"] == 1, st  # the chain, its keys and values gathered as it reads them

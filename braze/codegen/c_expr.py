@@ -117,6 +117,27 @@ static inline float braze_h2f(uint16_t h) {
     r = (r & ~is_sub) | (u & is_sub);
     r |= sign; float f; __builtin_memcpy(&f, &r, 4); return f;
 }
+/* rows of float16 or bfloat16 (ld elements apart) to contiguous float rows: half-type
+ * keys and values of a chain kernel, block by block. F16C's conversion where there is
+ * one (by gcc's builtin: immintrin.h would add ~0.15 s to every compile), else the bits. */
+static inline void braze_h2f_rows(const uint16_t *src, int64_t ld, int64_t rows, int64_t n, float *dst) {
+    for (int64_t r = 0; r < rows; r++, src += ld, dst += n) {
+        int64_t i = 0;
+#if defined(__F16C__)
+        typedef short h8 __attribute__((vector_size(16)));
+        typedef float f8 __attribute__((vector_size(32)));
+        for (; i + 8 <= n; i += 8) {
+            h8 v; __builtin_memcpy(&v, src + i, 16);
+            const f8 f = __builtin_ia32_vcvtph2ps256(v); __builtin_memcpy(dst + i, &f, 32);
+        }
+#endif
+        for (; i < n; i++) dst[i] = braze_h2f(src[i]);
+    }
+}
+static inline void braze_b2f_rows(const uint16_t *src, int64_t ld, int64_t rows, int64_t n, float *dst) {
+    for (int64_t r = 0; r < rows; r++, src += ld, dst += n)
+        for (int64_t i = 0; i < n; i++) { const uint32_t u = (uint32_t)src[i] << 16; __builtin_memcpy(dst + i, &u, 4); }
+}
 static inline uint16_t braze_f2h(float f) { _Float16 v = (_Float16)f; uint16_t h; __builtin_memcpy(&h, &v, 2); return h; }
 static inline float braze_b2f(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; __builtin_memcpy(&f, &u, 4); return f; }
 static inline uint16_t braze_f2b(float f) {

@@ -41,7 +41,7 @@ from math import prod
 from .. import dtypes as dt
 from .. import ir
 from . import c as _c
-from .chain_rules import batch_free, fused_max, paged_rows, rows_in_place, score_node, skip_rule, the_dot
+from .chain_rules import HALF_ROWS, batch_free, fused_max, paged_rows, rows_in_place, score_node, skip_rule, the_dot
 from .loops import passes
 from .c_expr import Renderer, converted
 from .c_reduce import OMP_REDUCTION, moved, reduce_init, reduce_update, repaired, repaired_when_moved, safe
@@ -120,10 +120,20 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     narrow = rows_per_batch <= NARROW and d % 8 == 0
     k_rows, k_ld = (k_at, ldk) if ldk is not None else ("kt", d)
     v_at = f"a{contract.v.arg} + " + Renderer([f"o{i}" for i in range(n_outer)] + ["j0", "0"]).index(contract.v.index)
-    # keys and values through a block table, read in place block by block (narrow tasks)
+    # keys and values through a block table, read in place block by block (narrow tasks);
+    # half-type ones converted block by block into the tile (``half_k``, ``half_v``)
     paged_b = paged_rows(dot.b, n_outer)
     paged_k = paged_b if narrow else None
     paged_v = paged_rows(contract.v, n_outer) if narrow else None
+    half_k = paged_k is not None and dot.b.dtype in HALF_ROWS
+    half_v = paged_v is not None and contract.v.dtype in HALF_ROWS
+    if dot.b.dtype is not dt.float32:
+        paged_b = None  # (pack_k's transposes read float32 rows)
+
+    def half_ld(x: ir.Load) -> int | None:
+        """The row stride of half-type rows contiguous along the head dim (converted a
+        tile at a time, not element by element)."""
+        return rows_in_place(x, n_outer, x.dtype) if x.dtype in HALF_ROWS else None
 
     names = iter(range(1 << 30))
 
@@ -323,20 +333,30 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         run of the tile's rows within one block of a block table."""
         ld, bs = rows
         at = Renderer([f"o{i}" for i in range(n_outer)] + ["i0", "0"]).index(x.index)
+        ctype = "uint16_t" if x.dtype in HALF_ROWS else "float"
         return ["    for (int64_t jb = 0; jb < nk;) {", "        const int64_t i0 = j0 + jb;", *row_at(x, "        "),
                 f"        const int64_t len = {bs} - i0 % {bs} < nk - jb ? {bs} - i0 % {bs} : nk - jb;",
-                f"        const float *xp = a{x.arg} + {at} + at{x.arg}_0 * {x.at[0][1]};",
+                f"        const {ctype} *xp = a{x.arg} + {at} + at{x.arg}_0 * {x.at[0][1]};",
                 f"        {call}", "        jb += len;", "    }"]
+
+    def converted_rows(x: ir.Load, rows: tuple[int, int], dst: str, width: int) -> list[str]:
+        """The tile's rows of half-type ``x`` through a block table, as float rows of
+        ``width`` at ``dst``: a block's rows at a time."""
+        return blockwise(x, rows, f"{HALF_ROWS[x.dtype]}(xp, {rows[0]}, len, {width}, {dst} + jb * {width});")
 
     def scores(fused_args: str | None = None) -> list[str]:
         """The scores tile ``st`` of tile ``j0``; with ``fused_args`` (the row scales,
         the additive mask's rows, the row max and nan flag) by ``braze_mm_scaled_max``
         where the tile is ``fast``."""
-        if paged_k is not None:
+        res = []
+        if paged_k is not None and not half_k:
             res = blockwise(dot.b, paged_k, f"braze_mm_nt(nq, len, {d}, qt, {d}, xp, {paged_k[0]}, st + jb, {BK});")
             if fused_args is None:
                 return res
             return res + [f"    if (fast) braze_scaled_max_rest(nq, nk, st, {BK}, {fused_args}, 0, 0, 0);"]
+        if half_k:
+            assert paged_k is not None
+            res = converted_rows(dot.b, paged_k, "kt", d)
         if narrow:
             mm = f"braze_mm_nt(nq, nk, {d}, qt, {d}, {k_rows}, {k_ld}, st, {BK}"
             fused_mm = f"braze_mm_nt_scaled_max(nq, nk, {d}, qt, {d}, {k_rows}, {k_ld}, st, {BK}"
@@ -344,8 +364,8 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
             mm = f"braze_mm(nq, {BK}, {d}, qt, {d}, ktp, {BK}, st, {BK}, 0"
             fused_mm = f"braze_mm_scaled_max(nq, {BK}, {d}, qt, {d}, ktp, {BK}, st, {BK}"
         if fused_args is None:
-            return [f"    {mm});"]
-        return [f"    if (fast) {fused_mm}, {fused_args});", f"    else {mm});"]
+            return res + [f"    {mm});"]
+        return res + [f"    if (fast) {fused_mm}, {fused_args});", f"    else {mm});"]
 
     def pack_k(dst: str) -> list[str]:
         """The key tile at ``j0``, transposed to ``[d][j]`` (zero past the row's end):
@@ -375,16 +395,30 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     def pack_k_rows(dst: str) -> list[str]:
         """The key tile at ``j0`` as float rows ``[j][d]`` (a narrow task's keys that
         cannot be read in place)."""
+        if half_ld(dot.b) is not None:
+            return [f"{HALF_ROWS[dot.b.dtype]}({k_at}, {half_ld(dot.b)}, nk, {d}, {dst});"]
         return ["for (int64_t jj = 0; jj < nk; jj++) {",
                 "    const int64_t i0 = j0 + jj;", *row_at(dot.b),
                 f"    for (int64_t dd = 0; dd < {d}; dd++) {dst}[jj * {d} + dd] = {load(dot.b)};",
                 "}"]
 
     def pack_v(dst: str) -> list[str]:
+        if half_ld(contract.v) is not None:
+            return [f"{HALF_ROWS[contract.v.dtype]}({v_at}, {half_ld(contract.v)}, nk, {e}, {dst});"]
         return ["for (int64_t jj = 0; jj < nk; jj++) {",
                 "    const int64_t i0 = j0 + jj;", *row_at(contract.v),
                 f"    for (int64_t dd = 0; dd < {e}; dd++) {dst}[jj * {e} + dd] = {load(contract.v)};",
                 "}"]
+
+    def values_tile() -> list[str]:
+        """The value tile ``vt`` of tile ``j0``, where the contraction does not read the
+        values in place (contiguous float32 rows, or float32 blocks through a table)."""
+        if ldv is not None or paged_v is not None and not half_v:
+            return []
+        if half_v:
+            assert paged_v is not None
+            return converted_rows(contract.v, paged_v, "vt", e)
+        return pack_v("vt")
 
     def sweep(stage_ids: list[int], rolling: bool, with_contract: bool, ind: str,
               lo: str = "0", hi: str = str(n)) -> list[str]:
@@ -399,7 +433,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
             body.append(f"    const float *ktp = kpack ? kpack + tile * {d * BK} : kt;")
         body.append(f"    const float *vtp = {v_at if ldv is not None else f'kpack ? vpack + tile * {BK * e} : vt'};")
         keys = pack_k("kt") if not narrow else pack_k_rows("kt") if ldk is None and paged_k is None else []
-        pack = keys + (pack_v("vt") if with_contract and ldv is None and paged_v is None else [])
+        pack = keys + (values_tile() if with_contract else [])
         if pack:
             body += ["    if (!kpack) {"] + ["        " + t for t in pack] + ["    }"]
         fast = rolling and with_contract and fused is not None
@@ -561,7 +595,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                 body.append("            }")
                 body.append("        }")
         body.append("    }")
-        if with_contract and paged_v is not None:
+        if with_contract and paged_v is not None and not half_v:
             body += blockwise(contract.v, paged_v, f"braze_mm(nq, {e}, len, wt + jb, {BK}, xp, {paged_v[0]}, ot, {e}, 1);")
         elif with_contract:
             body.append(f"    braze_mm(nq, {e}, nk, wt, {BK}, vtp, {e if ldv is None else ldv}, ot, {e}, 1);")

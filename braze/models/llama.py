@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..device import Device
-from ..dtypes import float32
+from ..dtypes import DType, float32
 from ..errors import FormatError, MissingWeight, Unsupported
 from ..io.weights import GGUFWeights, WeightBuilder
 from ..nn import Attention, Embedding, KVCache, Linear, Module, ModuleList, RMSNorm, RotaryEmbedding, SwiGLU
@@ -150,13 +150,13 @@ class Llama(Module):
         self.config = config
         self.embed, self.blocks, self.norm, self.output = embed, ModuleList(blocks), norm, output
 
-    def new_cache(self, max_len: int | None = None, batch: int = 1) -> list[KVCache]:
+    def new_cache(self, max_len: int | None = None, batch: int = 1, dtype: DType = float32) -> list[KVCache]:
         """One preallocated KV cache per block, for ``max_len`` positions (default: the
-        model's context length)."""
+        model's context length), its keys and values stored as ``dtype``."""
         c = self.config
         n = min(max_len or c.context_length, c.context_length)
         self.reserve_positions(n)
-        return [KVCache(batch, c.n_kv_heads, n, c.head_dim, device=self.device) for _ in range(c.n_layers)]
+        return [KVCache(batch, c.n_kv_heads, n, c.head_dim, dtype, device=self.device) for _ in range(c.n_layers)]
 
     @property
     def device(self) -> Device:

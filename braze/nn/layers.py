@@ -216,7 +216,11 @@ class GeGLU(SwiGLU):
 
 class KVCache:
     """Keys and values of past positions, preallocated to the context length and
-    written in place (a slice assignment, no reallocation per token)."""
+    written in place (a slice assignment, no reallocation per token). ``dtype`` is what
+    they are stored as: float16 halves the memory and the bytes each decoding step
+    reads (llama.cpp's default cache type); keys and values are cast to it as they are
+    written and back to their own dtype as they are read, a cast the attention kernel
+    makes as it loads them (``schedule/recompute.gathers``)."""
 
     def __init__(self, batch: int, kv_heads: int, max_len: int, head_dim: int, dtype: DType = dt.float32,
                  device: Any = None) -> None:
@@ -226,19 +230,23 @@ class KVCache:
         self.length = 0
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write (B, KV, T, D) at the current position; return views of all positions so far."""
+        """Write (B, KV, T, D) at the current position; return views of all positions so
+        far, in ``k``'s dtype."""
+        self._write(k, v)
+        return self.k[:, :, :self.length].to(k.dtype), self.v[:, :, :self.length].to(v.dtype)
+
+    def _write(self, k: Tensor, v: Tensor) -> None:
         t = k.shape[-2]
-        if k.dtype is not self.k.dtype or v.dtype is not self.v.dtype:
+        if not (k.dtype.is_floating_point and v.dtype is k.dtype):
             from ..errors import DtypeMismatch
             raise DtypeMismatch("KVCache.append", [self.k.dtype, k.dtype, v.dtype],
-                                "keys and values must have the cache's dtype; cast them with .to(dtype)")
+                                "keys and values must be of one floating-point dtype")
         if self.length + t > self.max_len:
             from ..errors import ShapeMismatch
             raise ShapeMismatch("KVCache.append", [k.shape], f"context full: {self.length} + {t} > {self.max_len} positions")
-        self.k[:, :, self.length:self.length + t] = k
-        self.v[:, :, self.length:self.length + t] = v
+        self.k[:, :, self.length:self.length + t] = k.to(self.k.dtype)
+        self.v[:, :, self.length:self.length + t] = v.to(self.v.dtype)
         self.length += t
-        return self.k[:, :, :self.length], self.v[:, :, :self.length]
 
     @property
     def positions(self) -> int:
@@ -248,10 +256,9 @@ class KVCache:
     def update(self, k: Tensor, v: Tensor, window: int | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
         """Append and return the keys and values to attend over, with their mask (None:
         causal over the new tokens, which the attention then builds)."""
-        t = k.shape[-2]
-        k, v = self.append(k, v)
-        if t > 1:
-            return k, v, None
+        if k.shape[-2] > 1:
+            return (*self.append(k, v), None)
+        self._write(k, v)
         # Decoding: attend over the whole preallocated cache with the positions not
         # written yet masked off. Every step then has the same shapes (the position is a
         # scalar, the write offset a placeholder), so it replays one fused plan; the mask
@@ -261,7 +268,7 @@ class KVCache:
         mask = j < self.length
         if window is not None:  # the query is at position length - 1
             mask = mask & (j >= self.length - window)
-        return self.k, self.v, mask
+        return self.k.to(k.dtype), self.v.to(v.dtype), mask
 
 
 class Attention(Module):

@@ -13,7 +13,9 @@ records the same program, and a captured step replays it with new indices:
   (a scatter, bounds-checked in its kernel);
 - the keys and values to attend over are read through the table,
   ``pool.view(blocks, bs, ...)[table]``, which the attention kernel reads as a
-  gathered load (row = table[b, j // bs] * bs + j % bs), never a copy;
+  gathered load (row = table[b, j // bs] * bs + j % bs), never a copy; a pool of a
+  half type (``braze serve``'s is float16) is cast to the queries' dtype as it is
+  gathered, and the kernel converts each row as it loads it;
 - the mask lets query i of row b see key j where ``j <= pos[b, i]`` (and, with a
   sliding window, ``j > pos[b, i] - window``): keys past a sequence's length, and the
   padding of a short table row, are masked.
@@ -69,13 +71,16 @@ class PagedKVCache:
         b, h, t, d = k.shape
         for pool, new in ((self.k_pool, k), (self.v_pool, v)):
             pool.index_copy_(0, self.index.slots_t, new.transpose(1, 2).reshape(b * t, h, d).to(pool.dtype))
-        return self._gather(self.k_pool, b), self._gather(self.v_pool, b)
+        return self._gather(self.k_pool, b, k.dtype), self._gather(self.v_pool, b, v.dtype)
 
-    def _gather(self, pool: Tensor, b: int) -> Tensor:
+    def _gather(self, pool: Tensor, b: int, dtype: DType) -> Tensor:
+        """The table's blocks in ``dtype`` (the queries'): a half-type pool is cast as it
+        is gathered, so the attention kernel reads it where it lies, converting each load."""
         n, h, d = pool.shape
         bs = self.block_size
         width = self.index.table.shape[1]
-        return pool.view(n // bs, bs, h, d)[self.index.table_t].reshape(b, width * bs, h, d).transpose(1, 2)
+        rows = pool.view(n // bs, bs, h, d)[self.index.table_t].to(dtype)
+        return rows.reshape(b, width * bs, h, d).transpose(1, 2)
 
     def update(self, k: Tensor, v: Tensor, window: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """``append``, and the mask (B, 1, T, L): query i of row b sees key j where

@@ -504,9 +504,8 @@ class Scheduler:
         gathered from a tensor that exists before the flush (keys through a block
         table) where they lie, at the index's values (``recompute.gathers``)."""
         k = self.key(o.storage)
-        made = self.created.get(k) or self.gathers.get(k)
-        if made is not None:
-            e = made(affine(o.layout, dim_map, len(extents)), extents, self.loader(g))
+        for made in (self.created.get(k), self.gathers.get(k)):  # (a recomputed cast is an Op, not a load)
+            e = None if made is None else made(affine(o.layout, dim_map, len(extents)), extents, self.loader(g))
             if isinstance(e, ir.Load):
                 self.readers[k].discard(ref[0])
                 return e

@@ -328,10 +328,13 @@ def _cat(n: int, node: Any, shape: tuple[int, ...], inputs: list[Recompute | Non
 
 
 def gathers(nodes: Sequence[Any], key: Callable[[Any], Key]) -> dict[Key, Recompute]:
-    """The ``index_select`` results of a flushed stream that a chain's matmul can read
-    through (``Scheduler.load_through``): rows of a tensor that exists before the flush
-    at indices that do too (keys and values through a block table). Element-wise
-    consumers fuse a gather by its own lowering instead (``ops/lowering.py``)."""
+    """The values of a flushed stream that a chain's matmul can read where they lie
+    (``Scheduler.load_through``), though the flush writes what they read (before they
+    are read, never between): ``index_select`` rows of a tensor at indices that exist
+    before the flush (keys and values through a block table), and a half-type tensor
+    (or such rows) cast exactly to float32 (a float16 KV cache, the step's keys just
+    written into it). Element-wise consumers fuse a gather by its own lowering
+    instead (``ops/lowering.py``)."""
     writes: dict[Key, list[int]] = {}  # storage -> the nodes that write it in place
     last_read: dict[Key, int] = {}
     for n, node in enumerate(nodes):
@@ -340,24 +343,54 @@ def gathers(nodes: Sequence[Any], key: Callable[[Any], Key]) -> dict[Key, Recomp
         if node.op.inplace:
             for o in node.outputs:
                 writes.setdefault(key(o.storage), []).append(n)
-    return {key(node.outputs[0].storage): _gathered(n, node, node.outputs[0].layout.shape)
-            for n, node in enumerate(nodes)
-            if node.op.name == "index_select" and _gathers_in_place(n, node, key, writes, last_read)}
+
+    def read_in_place(n: int, sources: Sequence[Any], result: Any) -> bool:
+        """Do ``sources`` exist before the flush, unwritten from node ``n`` to the last
+        reader of ``result`` (which nothing writes)? Then ``result`` may be read late."""
+        if any(x.storage.array is None or x.storage.dtype.is_block for x in sources) or key(result) in writes:
+            return False
+        end = last_read.get(key(result), n)
+        return not any(n < w <= end for x in sources for w in writes.get(key(x.storage), ()))
+
+    out: dict[Key, Recompute] = {}
+    for n, node in enumerate(nodes):
+        o = node.outputs[0].storage if node.outputs else None
+        if node.op.name == "index_select" and node.inputs[0].layout.shape and read_in_place(n, node.inputs, o):
+            out[key(o)] = _gathered(n, node, node.outputs[0].layout.shape)
+        elif node.op.name == "cast" and _widens(node):
+            # half keys and values cast to float32 for the matmul: read as they lie, every
+            # load converting, so a float16 KV cache is read at half the bytes
+            x = node.inputs[0]
+            if key(x.storage) in out and key(o) not in writes:
+                out[key(o)] = _widened(node, out[key(x.storage)])
+            elif read_in_place(n, [x], o):
+                out[key(o)] = _widened(node, _loaded(n, x))
+    return out
 
 
-def _gathers_in_place(n: int, node: Any, key: Callable[[Any], Key], writes: dict[Key, list[int]],
-                      last_read: dict[Key, int]) -> bool:
-    """Can ``index_select`` node ``n`` be read through (its rows loaded where they lie,
-    at the index's values)? Its source and index must exist before the flush and not
-    be written between the gather and its result's last reader (a paged KV cache's
-    pool is written by the step before it is read: that write runs first)."""
-    (x, ix), o = node.inputs, node.outputs[0]
-    if x.storage.array is None or ix.storage.array is None or x.storage.dtype.is_block or not x.layout.shape:
-        return False
-    if key(o.storage) in writes:
-        return False
-    end = last_read.get(key(o.storage), n)
-    return not any(n < w <= end for s in (x, ix) for w in writes.get(key(s.storage), ()))
+def _loaded(n: int, x: Any) -> Recompute:
+    """Operand ``x`` of node ``n``, loaded at the index it is read at."""
+    def value(index: ir.Affine, extents: Sequence[int], load_at: LoadAt) -> ir.Expr | None:
+        return load_at(x.storage, index, (n, 0))
+    return value
+
+
+def _widens(node: Any) -> bool:
+    """Is cast ``node`` exact, float16 or bfloat16 to float32 (so its value is its
+    input's, loaded)?"""
+    return node.inputs[0].storage.dtype in (dt.float16, dt.bfloat16) and node.outputs[0].storage.dtype is dt.float32
+
+
+def _widened(node: Any, inner: Recompute) -> Recompute:
+    """A widening cast read through: its input (a gather, or a tensor that exists
+    before the flush) at the cast's input's view of the reader's coordinates."""
+    (x,), shape = node.inputs, node.outputs[0].layout.shape
+
+    def value(index: ir.Affine, extents: Sequence[int], load_at: LoadAt) -> ir.Expr | None:
+        dims = dims_at(shape, index, extents) if prod(shape) else None
+        at = None if dims is None else _compose(x.layout, dims, len(index.coeffs))
+        return None if at is None else inner(at, extents, load_at)
+    return value
 
 
 def _gathered(n: int, node: Any, shape: tuple[int, ...], ids: Recompute | None = None) -> Recompute:

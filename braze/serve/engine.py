@@ -23,9 +23,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..dtypes import DType
 from ..errors import BrazeError, InvalidArgument, ShapeMismatch
 from ..generate import Sampling, TextStream, sample
-from .runner import PagedRunner
+from .runner import KV_DTYPE, PagedRunner
 
 
 class QueueFull(BrazeError):
@@ -108,7 +109,7 @@ class Engine:
 
     def __init__(self, model: Any, embedder: Any = None, max_batch: int = 8, ctx: int | None = None,
                  queue_limit: int = 256, kv_tokens: int | None = None, chunk: int = 256,
-                 warmup: bool = False, turn_tokens: int | None = None) -> None:
+                 warmup: bool = False, turn_tokens: int | None = None, kv_dtype: DType = KV_DTYPE) -> None:
         if max_batch < 1:
             raise InvalidArgument("Engine", f"max_batch={max_batch}: must be >= 1")
         self.loaded, self.embedder = model, embedder
@@ -129,7 +130,7 @@ class Engine:
         self._m = Metrics()
         self._warmup = warmup  # capture every step (decoding and prefill buckets) on the engine's thread before serving
         self._runner = PagedRunner(model.model, self.context_length, max_batch, kv_tokens, chunk,
-                                   turn_rows=turn_tokens)
+                                   turn_rows=turn_tokens, kv_dtype=kv_dtype)
 
     # -- the callers' side (any thread) --------------------------------------------------
     def start(self) -> "Engine":

@@ -34,6 +34,7 @@ import numpy as np
 from ..capture import StepCapture
 from ..codegen.quant import FEW
 from ..creation import from_numpy
+from ..dtypes import DType, float16
 from ..generate import PREFILL_BUCKETS, before_replay
 from ..nn.paged import PagedIndex, PagedKVCache
 from ..runtime.cpu_replay import SharedArena
@@ -73,6 +74,11 @@ FREE_TURNS = 4
 # up to 40 ms sooner for 17-32. Tried at 1 (before `warm` captured the chunks' buckets):
 # no gain at 1 client in `braze bench serve`'s mix, whose prompts are mostly longer.
 ROW_STEPS = 4
+# The pool's keys and values are float16 (llama.cpp's default too): attention converts
+# each as it loads it, and reads half the bytes of float32. A step of 8 rows at 512
+# positions: 26.0 -> 21.1 ms at 2 threads, 47.9 -> 38.5 at 1 (bench/RESULTS.md,
+# thirteenth session); a whole pool's worth of positions in half the memory.
+KV_DTYPE = float16
 KV_BUDGET = 256 << 20  # the pool's default size in bytes (at least one full context; at most max_batch)
 
 
@@ -100,15 +106,17 @@ def _pow2(n: int) -> int:
 
 class PagedRunner:
     def __init__(self, model: Any, context_length: int, max_batch: int, kv_tokens: int | None = None,
-                 chunk: int = 256, capture: bool = True, turn_rows: int | None = None) -> None:
+                 chunk: int = 256, capture: bool = True, turn_rows: int | None = None,
+                 kv_dtype: DType = KV_DTYPE) -> None:
         c = model.config
         self.model, self.ctx, self.max_batch, self.capture = model, context_length, max_batch, capture
         self.chunk = max(b for b in PREFILL_BUCKETS if b <= max(chunk, PREFILL_BUCKETS[0]))
-        per_token = 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4  # float32 keys and values
+        per_token = 2 * c.n_layers * c.n_kv_heads * c.head_dim * kv_dtype.itemsize  # keys and values
         tokens = kv_tokens or min(max_batch * context_length, max(context_length, KV_BUDGET // per_token))
         blocks = -(-tokens // BLOCK_SIZE) + 1  # and the trash block
         self.pool = BlockPool(blocks, BLOCK_SIZE)
-        self.pools = [PagedKVCache.pools(blocks, BLOCK_SIZE, c.n_kv_heads, c.head_dim) for _ in range(c.n_layers)]
+        self.pools = [PagedKVCache.pools(blocks, BLOCK_SIZE, c.n_kv_heads, c.head_dim, kv_dtype)
+                      for _ in range(c.n_layers)]
         self.max_width = -(-context_length // BLOCK_SIZE)
         model.reserve_positions(context_length)
         self.buckets: dict[tuple[int, int, int], _Bucket] = {}

@@ -6,9 +6,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from .. import dtypes
 from ..models import ModelNotFound, load_embedder, load_llm
 from .app import create_app
 from .engine import Engine
+from .runner import KV_DTYPE
 
 
 def _embedder(path: str | None, wanted: bool) -> Any:
@@ -27,7 +29,8 @@ def _embedder(path: str | None, wanted: bool) -> Any:
 def serve(model: str | None = None, embedding_model: str | None = None, embeddings: bool = True,
           host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, max_batch: int = 8,
           ctx: int | None = None, queue_limit: int = 256, kv_tokens: int | None = None, replicas: int = 1,
-          chunk: int = 256, warmup: bool = False, turn_tokens: int | None = None) -> int:
+          chunk: int = 256, warmup: bool = False, turn_tokens: int | None = None,
+          kv_dtype: str = KV_DTYPE.name) -> int:
     if replicas > 1:  # copies of this server behind Ray Serve's proxy
         from .ray_serve import main as ray_main
         argv = ["--replicas", str(replicas), "--host", host, "--port", str(port), "--max-batch", str(max_batch),
@@ -39,7 +42,7 @@ def serve(model: str | None = None, embedding_model: str | None = None, embeddin
     loaded = load_llm(model)
     engine = Engine(loaded, embedder=_embedder(embedding_model, embeddings), max_batch=max_batch, ctx=ctx,
                     queue_limit=queue_limit, kv_tokens=kv_tokens, chunk=chunk,
-                    warmup=warmup, turn_tokens=turn_tokens)
+                    warmup=warmup, turn_tokens=turn_tokens, kv_dtype=getattr(dtypes, kv_dtype))
     if ctx is not None and ctx > loaded.model.config.context_length:
         print(f"braze serve: --ctx {ctx} is past the model's context; using {engine.context_length}",
               file=sys.stderr)
