@@ -105,12 +105,16 @@ def prefill(session: Any, ids: list[int]) -> np.ndarray:
 
 WARMUP_STEPS = 8  # untimed decoding steps before the latency run: the capture watches 3
 
+KV_DTYPE: str | None = None  # the worker's --kv-dtype (None: braze generate's own, float16)
+
+
 def decode_session(model: Any, cache_len: int) -> Any:
     """What ``braze generate`` decodes with (``braze.generate.decode_session``): empty
     KV caches and the model's step, captured after its first steps; like a llama.cpp
     context, a session's caches (and its captured step) serve the next run too."""
+    import braze
     from braze.generate import decode_session as session
-    return session(model, cache_len)
+    return session(model, cache_len, **({"kv_dtype": getattr(braze, KV_DTYPE)} if KV_DTYPE else {}))
 
 
 def decode_step(session: Any, token: int) -> np.ndarray:
@@ -177,6 +181,8 @@ def decode_cache_len(args: argparse.Namespace) -> int:
 
 
 def run_worker(args: argparse.Namespace) -> dict[str, Any]:
+    global KV_DTYPE
+    KV_DTYPE = args.kv_dtype
     import braze
     from braze.models import load_llm
     from braze.runtime import units
@@ -326,7 +332,7 @@ def run_braze(args: argparse.Namespace, model: str, threads: int, workdir: Path)
     cmd = [sys.executable, "-m", "bench.llm", "--worker", str(result), "--worker-threads", str(threads),
            "--model", model, "--prompt-tokens", str(args.prompt_tokens), "--gen-tokens", str(args.gen_tokens),
            "--latency-tokens", str(args.latency_tokens), "--reps", str(args.reps), "--tg-reps", str(args.tg_reps),
-           "--depth", str(args.depth)]
+           "--depth", str(args.depth), *(["--kv-dtype", args.kv_dtype] if args.kv_dtype else [])]
     child = _run(cmd, thread_env(threads), args.timeout, workdir, f"braze-{threads}")
     if child.rc != 0 or not result.exists():
         tail = "\n".join(child.err.strip().splitlines()[-15:])
@@ -353,7 +359,7 @@ def find_llama_bench(args: argparse.Namespace) -> tuple[Path | None, str]:
 
 def run_llama(args: argparse.Namespace, binary: Path, model: str, threads: int, workdir: Path) -> dict[str, Any]:
     cmd = [str(binary), "-m", model, "-p", str(args.prompt_tokens), "-n", str(args.gen_tokens),
-           "-t", str(threads), "-r", str(args.reps), "-o", "json", *(["-d", str(args.depth)] if args.depth else [])]
+           "-t", str(threads), "-r", str(args.reps), "-o", "json", *(["-d", f"0,{args.depth}"] if args.depth else [])]  # (-d applies to pp too: braze's pp is at 0)
     child = _run(cmd, thread_env(threads), args.timeout, workdir, f"llama-{threads}")
     rc, out, err = child.rc, child.out, child.err
     row: dict[str, Any] = {"engine": "llama.cpp", "threads": threads, "command": " ".join(cmd),
@@ -372,6 +378,8 @@ def run_llama(args: argparse.Namespace, binary: Path, model: str, threads: int, 
         return row
     row["raw"] = entries
     for entry in entries:
+        if entry.get("n_depth", 0) != (args.depth if entry.get("n_gen", 0) > 0 else 0):
+            continue  # prefill from an empty context, decoding at the depth asked for
         if entry.get("n_prompt", 0) > 0 and entry.get("n_gen", 0) == 0:
             row["pp"] = {"tokens": entry["n_prompt"], "tokens_per_s": float(entry["avg_ts"]),
                          "stddev_ts": float(entry.get("stddev_ts", 0.0)), "samples_ts": entry.get("samples_ts")}
@@ -518,6 +526,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--gen-tokens", type=int, default=64, help="decoded tokens G, as llama-bench -n (default 64)")
     ap.add_argument("--depth", type=int, default=0,
                     help="decode after a prompt of this many tokens, as llama-bench -d (default 0: an empty context)")
+    ap.add_argument("--kv-dtype", choices=["float16", "bfloat16", "float32"], default=None,
+                    help="braze's KV cache type (default: braze generate's, float16, as llama.cpp's)")
     ap.add_argument("--latency-tokens", type=int, default=256, help="individually timed steps (default 256)")
     ap.add_argument("--reps", type=int, default=5, help="prefill repetitions, and llama-bench -r (default 5)")
     ap.add_argument("--tg-reps", type=int, default=3, help="decoding runs of G tokens (default 3)")
@@ -606,6 +616,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"threads": threads, "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens,
                      "latency_tokens": args.latency_tokens, "reps": args.reps, "tg_reps": args.tg_reps,
                      "decode_cache_len": decode_cache_len(args), "depth": args.depth,
+                     "kv_dtype": args.kv_dtype or "float16",
                      "latency_warmup_steps": WARMUP_STEPS,
                      "thread_env": list(THREAD_VARS)},
         "timed_calls": {"prefill": "decode_session(model, n).prefill(ids): padded to its bucket, captured after two prompts",

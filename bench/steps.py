@@ -11,7 +11,13 @@ time, median of ``--reps`` after warm-up, per batch size and thread count.
 With ``--against DIR``, the same measurement runs in two worker processes, one on this
 checkout and one on the braze at DIR (its own Python path), asked in turn, round by
 round (``--rounds``), so both see the same load; each cell is the median over rounds of
-each round's median. Prints a markdown table with the load average before and after.
+each round's median. ``--kv-dtypes float32,float16`` does the same with one worker per
+KV cache type on this checkout. Prints a markdown table with the load average before
+and after.
+
+Every position of the pool holds a random value before the steps run (every page
+resident, as in a server that has been serving): attention then reads memory, not the
+zero page an unwritten pool maps.
 """
 
 from __future__ import annotations
@@ -30,11 +36,20 @@ from typing import Any
 CLOCKS = ("wall", "cpu")
 
 
-def _runner(path: str, ctx: int) -> Any:
+def _runner(path: str, ctx: int, kv_dtype: str) -> Any:
+    import numpy as np
+
+    import braze
     from braze.models import load_llm
     from braze.serve.runner import PagedRunner
     loaded = load_llm(path)
-    return PagedRunner(loaded.model, 2 * ctx + 16, 16)
+    runner = PagedRunner(loaded.model, 2 * ctx + 16, 16, **({"kv_dtype": getattr(braze, kv_dtype)} if kv_dtype else {}))
+    rng = np.random.default_rng(0)
+    for pools in runner.pools:
+        for pool in pools:
+            a = pool.numpy()
+            a[...] = rng.standard_normal(a.shape).astype(a.dtype)
+    return runner
 
 
 def _step_ms(runner: Any, batch: int, ctx: int, reps: int) -> list[tuple[float, float]]:
@@ -60,11 +75,11 @@ def _step_ms(runner: Any, batch: int, ctx: int, reps: int) -> list[tuple[float, 
     return out
 
 
-def worker(path: str, ctx: int) -> None:
+def worker(path: str, ctx: int, kv_dtype: str) -> None:
     """Answers lines "batch threads reps" on stdin with a JSON list of step times (ms,
     wall and the calling thread's CPU time)."""
     import braze
-    runner = _runner(path, ctx)
+    runner = _runner(path, ctx, kv_dtype)
     print(f"ready {Path(braze.__file__).resolve()}", flush=True)  # which braze it runs
     for line in sys.stdin:
         batch, threads, reps = (int(v) for v in line.split())
@@ -88,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--against", default=None, help="another braze checkout: the 'before' column")
+    ap.add_argument("--kv-dtypes", default="", help="KV cache types, one worker each (default: the runner's)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     from bench.harness import model_file
@@ -95,16 +111,18 @@ def main(argv: list[str] | None = None) -> int:
     if path is None:
         return 1
     if args.worker:
-        worker(path, args.ctx)
+        worker(path, args.ctx, args.kv_dtypes)
         return 0
     here = str(Path(__file__).resolve().parent.parent)
-    trees = [("after", here)] + ([("before", str(Path(args.against).resolve()))] if args.against else [])
+    kinds = [d for d in args.kv_dtypes.split(",") if d]
+    trees = [(f"after {d}" if d else "after", here, d) for d in kinds or [""]] \
+        + ([("before", str(Path(args.against).resolve()), "")] if args.against else [])
     procs = {}
-    for name, tree in trees:
+    for name, tree, kv in trees:
         env = dict(os.environ, PYTHONPATH=tree)
         # run as a script from the tree's root: `-m` would put this checkout's directory
         # first on the path, and its braze with it
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--ctx", str(args.ctx)]
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--ctx", str(args.ctx), "--kv-dtypes", kv]
         if args.model:
             cmd += ["--model", args.model]
         env["PYTHONPATH"] = os.pathsep.join([tree, here])  # braze from its tree
@@ -124,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.rounds):
         for t in threads:
             for b in batches:
-                for name, _tree in trees:
+                for name, _tree, _kv in trees:
                     p = procs[name]
                     p.stdin.write(f"{b} {t} {args.reps}\n")  # type: ignore[union-attr]
                     p.stdin.flush()  # type: ignore[union-attr]
@@ -134,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in procs.values():
         p.stdin.close()  # type: ignore[union-attr]
         p.wait()
-    names = [n for n, _ in trees]
+    names = [n for n, _, _ in trees]
     print(f"load average before {load0}, after {_loadavg()}; median of {args.reps} replays, "
           f"median over {args.rounds} rounds, ms; context {args.ctx}")
     for clock in CLOCKS:
