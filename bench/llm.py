@@ -117,6 +117,12 @@ def decode_session(model: Any, cache_len: int) -> Any:
     return session(model, cache_len, **({"kv_dtype": getattr(braze, KV_DTYPE)} if KV_DTYPE else {}))
 
 
+def generate_kv_dtype() -> str:
+    """The KV cache type ``braze generate`` uses (what the worker uses without --kv-dtype)."""
+    from braze.generate import KV_DTYPE as generate_kv
+    return generate_kv.name
+
+
 def decode_step(session: Any, token: int) -> np.ndarray:
     """One decoding step at the cache's current position; the new token's logits."""
     return np.asarray(session(token))
@@ -616,7 +622,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"threads": threads, "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens,
                      "latency_tokens": args.latency_tokens, "reps": args.reps, "tg_reps": args.tg_reps,
                      "decode_cache_len": decode_cache_len(args), "depth": args.depth,
-                     "kv_dtype": args.kv_dtype or "float16",
+                     "kv_dtype": args.kv_dtype or generate_kv_dtype(),
                      "latency_warmup_steps": WARMUP_STEPS,
                      "thread_env": list(THREAD_VARS)},
         "timed_calls": {"prefill": "decode_session(model, n).prefill(ids): padded to its bucket, captured after two prompts",

@@ -231,6 +231,10 @@ class Contract:
     size: int
     post: Expr
     repair: Expr | None = None
+    #: the second matmul's own dtype: float16 or bfloat16 where the user's chain multiplies
+    #: half weights by half values (the weights round to it going in), float32 where
+    #: half values were cast to float32 first (a float16 KV cache read through its cast)
+    dtype: DType = float32
 
 
 @dataclass(frozen=True)

@@ -337,6 +337,23 @@ def test_no_repair_term_means_no_chain_and_says_why(monkeypatch: Any, capfd: Any
     np.testing.assert_allclose(got, ref, atol=1e-3, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_chain_given_up_after_reading_through_a_cast_still_computes_it(dtype: str, monkeypatch: Any) -> None:
+    """Half keys and values cast to float32, then row work with no repair term: the
+    chain read the casts through before it was given up, and the matmuls scheduled
+    instead still find the casts computed (their readers restored)."""
+    q, k, v = _inputs(7, n_q=1, n_kv=40, hkv=H)  # (a decoding step's)
+    kh, vh = (braze.from_numpy(a).to(getattr(braze, dtype)).realize() for a in (k, v))  # (before the flush)
+
+    def prog() -> braze.Tensor:  # (the scores reachable from no Python name when it runs)
+        s = braze.from_numpy(q) @ kh.float().mT
+        return (s - s.amax(-1, keepdim=True)).abs() @ vh.float()
+
+    got = prog().numpy().copy()
+    monkeypatch.setenv("BRAZE_FUSION", "0")
+    np.testing.assert_allclose(got, prog().numpy(), atol=1e-3, rtol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_softmax_and_logsumexp_over_long_rows_with_inf_rows(dtype: str, monkeypatch: Any) -> None:
     """One kernel each, float32 accumulation for half inputs, rows of -inf and huge

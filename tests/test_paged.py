@@ -215,6 +215,34 @@ def test_attention_reads_through_the_block_table_in_one_chain_kernel(name: str, 
     assert st["bytes_allocated"] <= b * h * t * d * 4 + 4096, st  # the output only: no gathered keys or values
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_write_after_the_gather_is_seen_by_nothing_that_read_before_it(dtype: str, monkeypatch: Any) -> None:
+    """Keys gathered (and cast to float32) before the pool is written, attended after:
+    the attention sees the pool as it was at the gather (the chain reads through the
+    gather and the cast only when nothing writes the pool in between; here it does)."""
+    c = _case(b=2, h=4, kvh=2, t=1, d=16, bs=16, blocks=12, nb=3)
+    half = getattr(braze, dtype)
+    kp0, vp0 = (braze.from_numpy(c[p]).to(half).numpy() for p in ("kp", "vp"))
+    slots = np.concatenate([c["table"][0, :1] * 16, c["table"][1, :1] * 16 + 3]).astype(np.int64)
+
+    def run() -> np.ndarray:
+        kp, vp = (braze.from_numpy(a.copy()) for a in (kp0, vp0))
+        b, h, t, d = c["q"].shape
+        table, L = braze.from_numpy(c["table"]), c["table"].shape[1] * 16
+        k, v = (p.view(-1, 16, 2, d)[table].to(braze.float32) for p in (kp, vp))
+        for p in (kp, vp):
+            p.index_copy_(0, braze.from_numpy(slots), braze.full((2, 2, d), 9.0).to(half))
+        k, v = (x.reshape(b, L, 2, d).transpose(1, 2) for x in (k, v))
+        mask = (braze.arange(L).reshape(1, L) <= braze.from_numpy(c["pos"]).reshape(b * t, 1)).reshape(b, 1, t, L)
+        return F.scaled_dot_product_attention(braze.from_numpy(c["q"]), k, v, attn_mask=mask,
+                                              enable_gqa=True).numpy().copy()
+
+    fused, ref, _ = _both(monkeypatch, run)
+    want = _np_attention(c["q"], kp0.astype(np.float32), vp0.astype(np.float32), c["table"], c["pos"], 16)
+    np.testing.assert_allclose(ref, want, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(fused, want, rtol=2e-5, atol=2e-5)
+
+
 @pytest.mark.parametrize("fusion", ["1", "0"])
 def test_an_out_of_range_table_entry_raises(fusion: str, monkeypatch: Any) -> None:
     """A table known when the step records is checked then (as any index); one that

@@ -210,9 +210,10 @@ class _Chain:
         half_qk = dot.a.dtype is dot.b.dtype and _dot_native(dot.a.dtype)
         self.qk_precision = "" if half_qk else ', input_precision="ieee"'
         self.qk_cast = "" if half_qk else ".to(tl.float32)"
-        self.v_half = _dot_native(c.v.dtype)
+        # a half second matmul (not half values read through a cast to float32: c.dtype)
+        self.v_half = c.dtype.is_half and _dot_native(c.v.dtype)
         #: weights rounded to the values' half type as they would be going into the dot
-        self.w_round = f".to({TL[c.v.dtype.name]}).to(tl.float32)" if c.v.dtype.is_half and not self.v_half else ""
+        self.w_round = f".to({TL[c.v.dtype.name]}).to(tl.float32)" if c.dtype.is_half and not self.v_half else ""
         self.bm, self.bn, self.warps, self.stages = _tile(self.rows, self.bd, half_qk and self.v_half)
         self.blocks = -(-self.rows // self.bm)
         self.ntiles = -(-n // self.bn)

@@ -220,7 +220,9 @@ class KVCache:
     they are stored as: float16 halves the memory and the bytes each decoding step
     reads (llama.cpp's default cache type); keys and values are cast to it as they are
     written and back to their own dtype as they are read, a cast the attention kernel
-    makes as it loads them (``schedule/recompute.gathers``)."""
+    makes as it loads them (``schedule/recompute.gathers``). Any floating-point keys are
+    taken, rounded to the cache's type (a float16 cache holds bfloat16 keys past 65504
+    as inf)."""
 
     def __init__(self, batch: int, kv_heads: int, max_len: int, head_dim: int, dtype: DType = dt.float32,
                  device: Any = None) -> None:

@@ -185,7 +185,8 @@ def build(s: "Scheduler", chain: Chain) -> str:
     o = last.outputs[0]
     omap = list(range(batch + 1)) + [ndim]  # (.., i, e)
     v_load = s.load_through(g, v_in, vmap, shape + (e_len,), (chain.last, 1))  # (.., i, j, e)
-    contract = ir.Contract(-1, affine(o.layout, omap, ndim + 1), weight, v_load, e_len, post, w_repair)
+    contract = ir.Contract(-1, affine(o.layout, omap, ndim + 1), weight, v_load, e_len, post, w_repair,
+                           last.outputs[0].storage.dtype)
     g.stages[:] = stages
     g.contract = (s.key(o.storage), contract)
     g.members.append(chain.last)
@@ -196,7 +197,10 @@ def build(s: "Scheduler", chain: Chain) -> str:
 
 
 def _abandon(s: "Scheduler", g: "Group", reason: str) -> str:
-    """Drop a half-built chain group (its loads were only reads; nothing was stored)."""
+    """Drop a half-built chain group (its loads were only reads; nothing was stored). The
+    values it read through are read by its nodes again, which are now scheduled as usual."""
+    for k, n in g.read_through:
+        s.readers.setdefault(k, set()).add(n)
     if g in s.open:
         s.open.remove(g)
     for k, v in list(s.producer.items()):

@@ -508,6 +508,7 @@ class Scheduler:
             e = None if made is None else made(affine(o.layout, dim_map, len(extents)), extents, self.loader(g))
             if isinstance(e, ir.Load):
                 self.readers[k].discard(ref[0])
+                g.read_through.append((k, ref[0]))
                 return e
         return self.load(g, o, dim_map, len(extents), ref)
 

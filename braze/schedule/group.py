@@ -59,6 +59,8 @@ class Group:
     loads: dict[Any, int] = field(default_factory=dict)
     loaded: set[Key] = field(default_factory=set)  # storages read from memory
     recomputed: set[Key] = field(default_factory=set)  # values recomputed where read (schedule/recompute.py)
+    #: (storage, node) readers a chain's read-through dropped (restored if the chain is abandoned)
+    read_through: list[tuple[Key, int]] = field(default_factory=list)
     refs: dict[int, tuple[int, int]] = field(default_factory=dict)  # argument -> (node, input)
     deps: set[int] = field(default_factory=set)
     slices: list[tuple[Key, ir.Affine, ir.Expr]] = field(default_factory=list)  # cat: writes into slices

@@ -353,17 +353,20 @@ def gathers(nodes: Sequence[Any], key: Callable[[Any], Key]) -> dict[Key, Recomp
         return not any(n < w <= end for x in sources for w in writes.get(key(x.storage), ()))
 
     out: dict[Key, Recompute] = {}
+    gathered: dict[Key, int] = {}  # a read-through gather's result -> its node
     for n, node in enumerate(nodes):
         o = node.outputs[0].storage if node.outputs else None
         if node.op.name == "index_select" and node.inputs[0].layout.shape and read_in_place(n, node.inputs, o):
             out[key(o)] = _gathered(n, node, node.outputs[0].layout.shape)
+            gathered[key(o)] = n
         elif node.op.name == "cast" and _widens(node):
             # half keys and values cast to float32 for the matmul: read as they lie, every
             # load converting, so a float16 KV cache is read at half the bytes
             x = node.inputs[0]
-            if key(x.storage) in out and key(o) not in writes:
+            g = gathered.get(key(x.storage))
+            if g is not None and read_in_place(g, nodes[g].inputs, o):  # (unwritten until the cast's last reader)
                 out[key(o)] = _widened(node, out[key(x.storage)])
-            elif read_in_place(n, [x], o):
+            elif g is None and read_in_place(n, [x], o):
                 out[key(o)] = _widened(node, _loaded(n, x))
     return out
 

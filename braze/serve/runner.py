@@ -76,7 +76,7 @@ FREE_TURNS = 4
 ROW_STEPS = 4
 # The pool's keys and values are float16 (llama.cpp's default too): attention converts
 # each as it loads it, and reads half the bytes of float32. A step of 8 rows at 512
-# positions: 26.0 -> 21.1 ms at 2 threads, 47.9 -> 38.5 at 1 (bench/RESULTS.md,
+# positions: 28.5 -> 22.7 ms at 2 threads, 45.1 -> 37.8 at 1 (bench/RESULTS.md,
 # thirteenth session); a whole pool's worth of positions in half the memory.
 KV_DTYPE = float16
 KV_BUDGET = 256 << 20  # the pool's default size in bytes (at least one full context; at most max_batch)

@@ -32,6 +32,13 @@ def serve(model: str | None = None, embedding_model: str | None = None, embeddin
           chunk: int = 256, warmup: bool = False, turn_tokens: int | None = None,
           kv_dtype: str = KV_DTYPE.name) -> int:
     if replicas > 1:  # copies of this server behind Ray Serve's proxy
+        unused = [f"--{name}" for name, given, default in (
+            ("queue-limit", queue_limit, 256), ("kv-tokens", kv_tokens, None), ("prefill-chunk", chunk, 256),
+            ("warmup", warmup, False), ("turn-tokens", turn_tokens, None), ("kv-dtype", kv_dtype, KV_DTYPE.name))
+            if given != default]
+        if unused:
+            print(f"braze serve: {', '.join(unused)} not passed to Ray Serve replicas (their defaults apply)",
+                  file=sys.stderr)
         from .ray_serve import main as ray_main
         argv = ["--replicas", str(replicas), "--host", host, "--port", str(port), "--max-batch", str(max_batch),
                 *(["--model", model] if model else []), *(["--ctx", str(ctx)] if ctx else []),

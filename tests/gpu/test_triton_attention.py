@@ -142,6 +142,30 @@ def test_bfloat16_inputs_go_straight_into_the_dots(monkeypatch: pytest.MonkeyPat
     np.testing.assert_allclose(got, exact, atol=1.2e-2, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_keys_and_values_cast_to_float32_stay_float32_attention(dtype: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Half keys and values cast to float32 (a float16 KV cache): the kernel reads them
+    through the cast, and the second matmul stays a float32 one (its weights are not
+    rounded to the values' half type, as a half chain's are): float32 attention of the
+    half values."""
+    half = getattr(braze, dtype)
+    arrays = [a if i == 0 else braze.tensor(a).to(half).float().numpy() for i, a in enumerate(_qkv(hkv=HKV))]
+
+    def cast(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return gqa_sdpa(q, k.to(half).float(), v.to(half).float())
+    monkeypatch.setenv("BRAZE_FUSION", "0")
+    ref = cast(*(braze.tensor(a) for a in arrays)).numpy()
+    monkeypatch.setenv("BRAZE_FUSION", "1")
+    q, k, v = (braze.tensor(a, device="cuda") for a in arrays)
+    k, v = k.to(half).realize(), v.to(half).realize()
+    braze.synchronize()
+    before = braze.stats()["kernel_launches"]
+    got = gqa_sdpa(q, k.float(), v.float()).numpy()
+    assert braze.stats()["kernel_launches"] - before == 1
+    np.testing.assert_allclose(got, ref, atol=2e-5, rtol=0)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_decoding_splits_the_keys_and_combines(dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """One query row per head against 300 keys (ten of the interpreter's tiles), GQA:
