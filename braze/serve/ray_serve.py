@@ -56,12 +56,13 @@ class Replica:
 
     def __init__(self, model_path: str | None, embedder_path: str | None = None, max_batch: int = 8,
                  ctx: int | None = None, queue_limit: int = 256, api_key: str | None = None,
-                 name: str | None = None) -> None:
+                 name: str | None = None, kv_dtype: str = "float16") -> None:
+        from .. import dtypes
         from ..models import load_embedder, load_llm
         from .engine import Engine
         embedder = load_embedder(embedder_path) if embedder_path else None
         self.engine = Engine(load_llm(model_path), embedder=embedder, max_batch=max_batch, ctx=ctx,
-                             queue_limit=queue_limit).start()
+                             queue_limit=queue_limit, kv_dtype=getattr(dtypes, kv_dtype)).start()
         self.api_key = api_key
         self.name = name or f"pid-{os.getpid()}"
 
@@ -95,9 +96,9 @@ def _deployment(replicas: int, cpus_per_replica: float, threads: int | None, max
     @serve.ingress()
     class BrazeReplica:
         def __init__(self, model_path: str | None, embedder_path: str | None, max_batch: int, ctx: int | None,
-                     queue_limit: int, api_key: str | None) -> None:
+                     queue_limit: int, api_key: str | None, kv_dtype: str) -> None:
             self.replica = Replica(model_path, embedder_path, max_batch, ctx, queue_limit, api_key,
-                                   name=_replica_name())
+                                   name=_replica_name(), kv_dtype=kv_dtype)
 
         def __serve_build_asgi_app__(self) -> Any:
             return self.replica.build_app()
@@ -127,7 +128,8 @@ def _deployment(replicas: int, cpus_per_replica: float, threads: int | None, max
 def deploy(model_path: str | Path | None = None, replicas: int = 2, *, host: str = "127.0.0.1", port: int = 8000,
            api_key: str | None = None, max_batch: int = 8, ctx: int | None = None, queue_limit: int = 256,
            embedder_path: str | Path | None = None, threads: int | None = None, cpus_per_replica: float = 1.0,
-           address: str | None = None, max_ongoing: int | None = None, ready_timeout: float = 600.0) -> str:
+           address: str | None = None, max_ongoing: int | None = None, ready_timeout: float = 600.0,
+           kv_dtype: str = "float16") -> str:
     """Run ``replicas`` copies of the engine behind Ray Serve's HTTP proxy on
     ``host:port``; returns the base URL once ``/health`` answers through the proxy.
 
@@ -149,7 +151,7 @@ def deploy(model_path: str | Path | None = None, replicas: int = 2, *, host: str
     serve.start(http_options={"host": host, "port": port})
     app = _deployment(replicas, cpus_per_replica, threads, max_ongoing or 2 * max_batch).bind(
         str(model_path) if model_path is not None else None, str(embedder_path) if embedder_path else None,
-        max_batch, ctx, queue_limit, api_key)
+        max_batch, ctx, queue_limit, api_key, kv_dtype)
     serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     _wait_ready(url, ready_timeout)
@@ -192,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--api-key", help="require Authorization: Bearer KEY")
     ap.add_argument("--max-batch", type=int, default=8, help="sequences per replica's batch (default 8)")
     ap.add_argument("--ctx", type=int, help="context per sequence (default: the model's)")
+    ap.add_argument("--queue-limit", type=int, default=256, help="requests waiting per replica before 429 (default 256)")
+    ap.add_argument("--kv-dtype", choices=["float16", "bfloat16", "float32"], default="float16",
+                    help="the KV cache's element type (default float16)")
     ap.add_argument("--threads", type=int, help="kernel threads per replica (BRAZE_NUM_THREADS)")
     ap.add_argument("--cpus-per-replica", type=float, default=1.0, help="CPUs Ray reserves per replica (default 1)")
     ap.add_argument("--max-ongoing", type=int,
@@ -205,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     url = deploy(args.model, args.replicas, host=args.host, port=args.port, api_key=args.api_key,
                  max_batch=args.max_batch, ctx=args.ctx, embedder_path=args.embedder, threads=args.threads,
+                 queue_limit=args.queue_limit, kv_dtype=args.kv_dtype,
                  cpus_per_replica=args.cpus_per_replica, address=args.address, max_ongoing=args.max_ongoing)
     print(f"braze: {args.replicas} replica(s) serving at {url}/v1 (Ctrl-C stops)", file=sys.stderr, flush=True)
     try:

@@ -33,9 +33,8 @@ def serve(model: str | None = None, embedding_model: str | None = None, embeddin
           kv_dtype: str = KV_DTYPE.name) -> int:
     if replicas > 1:  # copies of this server behind Ray Serve's proxy
         unused = [f"--{name}" for name, given, default in (
-            ("queue-limit", queue_limit, 256), ("kv-tokens", kv_tokens, None), ("prefill-chunk", chunk, 256),
-            ("warmup", warmup, False), ("turn-tokens", turn_tokens, None), ("kv-dtype", kv_dtype, KV_DTYPE.name))
-            if given != default]
+            ("kv-tokens", kv_tokens, None), ("prefill-chunk", chunk, 256), ("warmup", warmup, False),
+            ("turn-tokens", turn_tokens, None)) if given != default]
         if unused:
             print(f"braze serve: {', '.join(unused)} not passed to Ray Serve replicas (their defaults apply)",
                   file=sys.stderr)
@@ -43,7 +42,8 @@ def serve(model: str | None = None, embedding_model: str | None = None, embeddin
         argv = ["--replicas", str(replicas), "--host", host, "--port", str(port), "--max-batch", str(max_batch),
                 *(["--model", model] if model else []), *(["--ctx", str(ctx)] if ctx else []),
                 *(["--api-key", api_key] if api_key else []),
-                *(["--embedder", embedding_model] if embedding_model and embeddings else [])]
+                *(["--embedder", embedding_model] if embedding_model and embeddings else []),
+                "--queue-limit", str(queue_limit), "--kv-dtype", kv_dtype]
         return ray_main(argv)
     import uvicorn
     loaded = load_llm(model)
