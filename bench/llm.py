@@ -82,6 +82,8 @@ from typing import Any
 
 import numpy as np
 
+from braze.cli_args import KV_DTYPES
+
 from .schedstat import runqueue_wait_ns, split
 
 HERE = Path(__file__).resolve().parent
@@ -105,22 +107,22 @@ def prefill(session: Any, ids: list[int]) -> np.ndarray:
 
 WARMUP_STEPS = 8  # untimed decoding steps before the latency run: the capture watches 3
 
-KV_DTYPE: str | None = None  # the worker's --kv-dtype (None: braze generate's own, float16)
+KV_DTYPE: str | None = None  # the worker's --kv-dtype (None: braze generate's own)
 
 
 def decode_session(model: Any, cache_len: int) -> Any:
     """What ``braze generate`` decodes with (``braze.generate.decode_session``): empty
     KV caches and the model's step, captured after its first steps; like a llama.cpp
     context, a session's caches (and its captured step) serve the next run too."""
-    import braze
     from braze.generate import decode_session as session
-    return session(model, cache_len, **({"kv_dtype": getattr(braze, KV_DTYPE)} if KV_DTYPE else {}))
+    from braze.generate import kv_cache_dtype
+    return session(model, cache_len, kv_dtype=kv_cache_dtype(KV_DTYPE))
 
 
-def generate_kv_dtype() -> str:
-    """The KV cache type ``braze generate`` uses (what the worker uses without --kv-dtype)."""
-    from braze.generate import KV_DTYPE as generate_kv
-    return generate_kv.name
+def _kv_name(name: str | None) -> str:
+    """The KV cache type the worker decodes with (``--kv-dtype``, else braze generate's)."""
+    from braze.generate import kv_cache_dtype
+    return kv_cache_dtype(name).name
 
 
 def decode_step(session: Any, token: int) -> np.ndarray:
@@ -532,7 +534,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--gen-tokens", type=int, default=64, help="decoded tokens G, as llama-bench -n (default 64)")
     ap.add_argument("--depth", type=int, default=0,
                     help="decode after a prompt of this many tokens, as llama-bench -d (default 0: an empty context)")
-    ap.add_argument("--kv-dtype", choices=["float16", "bfloat16", "float32"], default=None,
+    ap.add_argument("--kv-dtype", choices=KV_DTYPES, default=None,
                     help="braze's KV cache type (default: braze generate's, float16, as llama.cpp's)")
     ap.add_argument("--latency-tokens", type=int, default=256, help="individually timed steps (default 256)")
     ap.add_argument("--reps", type=int, default=5, help="prefill repetitions, and llama-bench -r (default 5)")
@@ -622,7 +624,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"threads": threads, "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens,
                      "latency_tokens": args.latency_tokens, "reps": args.reps, "tg_reps": args.tg_reps,
                      "decode_cache_len": decode_cache_len(args), "depth": args.depth,
-                     "kv_dtype": args.kv_dtype or generate_kv_dtype(),
+                     "kv_dtype": _kv_name(args.kv_dtype),
                      "latency_warmup_steps": WARMUP_STEPS,
                      "thread_env": list(THREAD_VARS)},
         "timed_calls": {"prefill": "decode_session(model, n).prefill(ids): padded to its bucket, captured after two prompts",

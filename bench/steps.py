@@ -39,11 +39,12 @@ CLOCKS = ("wall", "cpu")
 def _runner(path: str, ctx: int, kv_dtype: str) -> Any:
     import numpy as np
 
-    import braze
+    from braze.dtypes import as_dtype
     from braze.models import load_llm
     from braze.serve.runner import PagedRunner
     loaded = load_llm(path)
-    runner = PagedRunner(loaded.model, 2 * ctx + 16, 16, **({"kv_dtype": getattr(braze, kv_dtype)} if kv_dtype else {}))
+    # (only when asked: an --against tree may predate the parameter)
+    runner = PagedRunner(loaded.model, 2 * ctx + 16, 16, **({"kv_dtype": as_dtype(kv_dtype)} if kv_dtype else {}))
     rng = np.random.default_rng(0)
     for pools in runner.pools:
         for pool in pools:

@@ -21,7 +21,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import cli_args as A
-from . import dtypes
 from .errors import BrazeError, InvalidArgument
 from .stats import stats
 
@@ -64,12 +63,12 @@ def _load(args: argparse.Namespace) -> Any:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .generate import GenerationStats, generate_text
+    from .generate import GenerationStats, generate_text, kv_cache_dtype
     loaded = _load(args)
     gs = GenerationStats()
     for piece in generate_text(loaded.model, loaded.tokenizer, args.prompt, args.max_tokens, _sampling(args),
                                stop=args.stop or (), stats=gs, chat=args.chat,
-                               kv_dtype=getattr(dtypes, args.kv_dtype)):
+                               kv_dtype=kv_cache_dtype(args.kv_dtype)):
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
@@ -92,7 +91,7 @@ def _read_line(stream: Any) -> str:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from .generate import GenerationStats, generate_ids
+    from .generate import GenerationStats, generate_ids, kv_cache_dtype
     loaded = _load(args)
     tok, model = loaded.tokenizer, loaded.model
     messages: list[dict[str, str]] = []
@@ -117,7 +116,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         gs = GenerationStats()
         reply = []
         for t in generate_ids(model, ids, args.max_tokens, _sampling(args), tok.eos_ids, gs,
-                              kv_dtype=getattr(dtypes, args.kv_dtype)):
+                              kv_dtype=kv_cache_dtype(args.kv_dtype)):
             piece = decoder.feed(t)
             reply.append(piece)
             sys.stdout.write(piece)
@@ -282,7 +281,7 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
 
 
 def _add_kv_dtype(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kv-dtype", choices=["float16", "bfloat16", "float32"], default="float16",
+    p.add_argument("--kv-dtype", choices=A.KV_DTYPES, default=None,
                    help="the KV cache's element type; attention converts as it reads and computes in float32 "
                         "(default float16, as llama.cpp's: half the memory of float32)")
 

@@ -10,6 +10,7 @@ from typing import Callable
 #: the most tokens a command may ask for: past any context a model file may declare
 #: (``io.validate.MAX_COUNT``); the model's own context is checked once it is loaded
 MAX_TOKENS = 1 << 24
+KV_DTYPES = ("float16", "bfloat16", "float32")  # --kv-dtype's choices (generate.kv_cache_dtype)
 
 
 def text(value: str) -> str:

@@ -26,7 +26,7 @@ import numpy as np
 from .ahead import compile_ahead
 from .capture import StepCapture
 from .device import CPU
-from .dtypes import DType, float16
+from .dtypes import DType, as_dtype, float16
 from .errors import IndexOutOfRange, InvalidArgument, ShapeMismatch
 from .runtime import cuda_memory
 from .stream import fusion_enabled, stream_of
@@ -305,11 +305,18 @@ class PrefillStep:
 
 IDLE_SESSIONS = 2  # idle sessions kept per model (each holds KV caches), the most recent first
 CACHE_BUCKET = 64  # KV caches are made in multiples of this many positions, so sessions are reused
-# Generation's KV caches store float16 (llama.cpp's default cache type): a decoding step
-# reads every cached key and value, and at long contexts those bytes rival the weights'
-# (SmolLM2 at 2048 positions: 94 MB in float32 against 92 MB of Q4_1 weights). Attention
-# converts each as it loads it and computes in float32. ``kv_dtype`` picks another.
+# KV caches (generation's and the server's paged pool) store float16 by default, as
+# llama.cpp's do; attention converts each key and value as it loads it and computes in
+# float32. Half the memory (SmolLM2 at 2048 positions: 47 MB, not 94); a server's
+# step of 8 rows at 512 positions 28.5 -> 22.7 ms at 2 threads, 45.1 -> 37.8 at 1; one
+# sequence's decoding the same speed as float32 (bench/RESULTS.md, thirteenth
+# session). ``kv_dtype`` (``--kv-dtype``) picks another.
 KV_DTYPE = float16
+
+
+def kv_cache_dtype(name: str | None) -> DType:
+    """The KV cache type a ``--kv-dtype`` names (``cli_args.KV_DTYPES``); None: ``KV_DTYPE``."""
+    return KV_DTYPE if name is None else as_dtype(name, "--kv-dtype")
 
 
 def _idle(model: Any) -> list[tuple[tuple[int, bool, Any, DType], DecodeStep]]:

@@ -41,7 +41,8 @@ from math import prod
 from .. import dtypes as dt
 from .. import ir
 from . import c as _c
-from .chain_rules import HALF_ROWS, batch_free, fused_max, paged_rows, rows_in_place, score_node, skip_rule, the_dot
+from .chain_rules import (HALF_ROWS, batch_free, fused_max, paged_rows, row_stride, rows_in_place, score_node,
+                          skip_rule, the_dot)
 from .loops import passes
 from .c_expr import Renderer, converted
 from .c_reduce import OMP_REDUCTION, moved, reduce_init, reduce_update, repaired, repaired_when_moved, safe
@@ -133,7 +134,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     def half_ld(x: ir.Load) -> int | None:
         """The row stride of half-type rows contiguous along the head dim (converted a
         tile at a time, not element by element)."""
-        return rows_in_place(x, n_outer, x.dtype) if x.dtype in HALF_ROWS else None
+        return row_stride(x, n_outer) if x.dtype in HALF_ROWS else None
 
     names = iter(range(1 << 30))
 

@@ -150,14 +150,19 @@ def batch_free(e: ir.Expr, n_batch_dims: int) -> bool:
     return True
 
 
-def rows_in_place(v: ir.Load, n_outer: int, dtype: dt.DType = dt.float32) -> int | None:
-    """The row stride of a key or value operand of ``dtype`` whose rows are contiguous
-    along the head dim, a stride apart: float32 ones are read where they are (no packed
-    copy), half-type ones converted a tile's rows at a time (``HALF_ROWS``)."""
+def row_stride(v: ir.Load, n_outer: int) -> int | None:
+    """The row stride of a key or value operand whose rows are contiguous along the head
+    dim, a stride apart: float32 ones are read where they are (``rows_in_place``: no
+    packed copy), half-type ones converted a tile's rows at a time (``HALF_ROWS``)."""
     c = v.index.coeffs
-    if v.dtype is not dtype or v.when or v.at or v.index.divs or c[n_outer + 1] != 1:
+    if v.when or v.at or v.index.divs or c[n_outer + 1] != 1:
         return None  # (rows through a block table are packed: they lie in blocks, not a stride apart)
     return c[n_outer]
+
+
+def rows_in_place(v: ir.Load, n_outer: int) -> int | None:
+    """``row_stride`` of float32 rows, which the kernel reads where they are."""
+    return row_stride(v, n_outer) if v.dtype is dt.float32 else None
 
 
 #: the C that converts rows of a half type to float rows (``c_expr.PRELUDE``)
@@ -171,7 +176,7 @@ def paged_rows(v: ir.Load, n_outer: int) -> tuple[int, int] | None:
     where they lie, a GEMM call per block (float32), or a conversion of the block's rows
     into the tile (float16, bfloat16), instead of an element-by-element pack."""
     c = v.index.coeffs
-    if v.dtype not in HALF_ROWS and v.dtype is not dt.float32 or v.when or len(v.at) != 1 or c[n_outer + 1] != 1:
+    if v.dtype not in (dt.float32, *HALF_ROWS) or v.when or len(v.at) != 1 or c[n_outer + 1] != 1:
         return None
     divs = list(v.index.divs)
     for n in ir.walk(v.at[0][0]):

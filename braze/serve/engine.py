@@ -25,8 +25,8 @@ import numpy as np
 
 from ..dtypes import DType
 from ..errors import BrazeError, InvalidArgument, ShapeMismatch
-from ..generate import Sampling, TextStream, sample
-from .runner import KV_DTYPE, PagedRunner
+from ..generate import KV_DTYPE, Sampling, TextStream, sample
+from .runner import PagedRunner
 
 
 class QueueFull(BrazeError):

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from ..cli_args import KV_DTYPES
+
 REPLICA_HEADER = "x-braze-replica"
 APP_NAME = "braze"
 THREAD_VARS = ("BRAZE_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -56,13 +58,13 @@ class Replica:
 
     def __init__(self, model_path: str | None, embedder_path: str | None = None, max_batch: int = 8,
                  ctx: int | None = None, queue_limit: int = 256, api_key: str | None = None,
-                 name: str | None = None, kv_dtype: str = "float16") -> None:
-        from .. import dtypes
+                 name: str | None = None, kv_dtype: str | None = None) -> None:
+        from ..generate import kv_cache_dtype
         from ..models import load_embedder, load_llm
         from .engine import Engine
         embedder = load_embedder(embedder_path) if embedder_path else None
         self.engine = Engine(load_llm(model_path), embedder=embedder, max_batch=max_batch, ctx=ctx,
-                             queue_limit=queue_limit, kv_dtype=getattr(dtypes, kv_dtype)).start()
+                             queue_limit=queue_limit, kv_dtype=kv_cache_dtype(kv_dtype)).start()
         self.api_key = api_key
         self.name = name or f"pid-{os.getpid()}"
 
@@ -96,7 +98,7 @@ def _deployment(replicas: int, cpus_per_replica: float, threads: int | None, max
     @serve.ingress()
     class BrazeReplica:
         def __init__(self, model_path: str | None, embedder_path: str | None, max_batch: int, ctx: int | None,
-                     queue_limit: int, api_key: str | None, kv_dtype: str) -> None:
+                     queue_limit: int, api_key: str | None, kv_dtype: str | None) -> None:
             self.replica = Replica(model_path, embedder_path, max_batch, ctx, queue_limit, api_key,
                                    name=_replica_name(), kv_dtype=kv_dtype)
 
@@ -129,7 +131,7 @@ def deploy(model_path: str | Path | None = None, replicas: int = 2, *, host: str
            api_key: str | None = None, max_batch: int = 8, ctx: int | None = None, queue_limit: int = 256,
            embedder_path: str | Path | None = None, threads: int | None = None, cpus_per_replica: float = 1.0,
            address: str | None = None, max_ongoing: int | None = None, ready_timeout: float = 600.0,
-           kv_dtype: str = "float16") -> str:
+           kv_dtype: str | None = None) -> str:
     """Run ``replicas`` copies of the engine behind Ray Serve's HTTP proxy on
     ``host:port``; returns the base URL once ``/health`` answers through the proxy.
 
@@ -195,8 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-batch", type=int, default=8, help="sequences per replica's batch (default 8)")
     ap.add_argument("--ctx", type=int, help="context per sequence (default: the model's)")
     ap.add_argument("--queue-limit", type=int, default=256, help="requests waiting per replica before 429 (default 256)")
-    ap.add_argument("--kv-dtype", choices=["float16", "bfloat16", "float32"], default="float16",
-                    help="the KV cache's element type (default float16)")
+    ap.add_argument("--kv-dtype", choices=KV_DTYPES, help="the KV cache's element type (default float16)")
     ap.add_argument("--threads", type=int, help="kernel threads per replica (BRAZE_NUM_THREADS)")
     ap.add_argument("--cpus-per-replica", type=float, default=1.0, help="CPUs Ray reserves per replica (default 1)")
     ap.add_argument("--max-ongoing", type=int,

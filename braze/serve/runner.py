@@ -34,8 +34,8 @@ import numpy as np
 from ..capture import StepCapture
 from ..codegen.quant import FEW
 from ..creation import from_numpy
-from ..dtypes import DType, float16
-from ..generate import PREFILL_BUCKETS, before_replay
+from ..dtypes import DType
+from ..generate import KV_DTYPE, PREFILL_BUCKETS, before_replay
 from ..nn.paged import PagedIndex, PagedKVCache
 from ..runtime.cpu_replay import SharedArena
 from ..stream import fusion_enabled
@@ -74,11 +74,6 @@ FREE_TURNS = 4
 # up to 40 ms sooner for 17-32. Tried at 1 (before `warm` captured the chunks' buckets):
 # no gain at 1 client in `braze bench serve`'s mix, whose prompts are mostly longer.
 ROW_STEPS = 4
-# The pool's keys and values are float16 (llama.cpp's default too): attention converts
-# each as it loads it, and reads half the bytes of float32. A step of 8 rows at 512
-# positions: 28.5 -> 22.7 ms at 2 threads, 45.1 -> 37.8 at 1 (bench/RESULTS.md,
-# thirteenth session); a whole pool's worth of positions in half the memory.
-KV_DTYPE = float16
 KV_BUDGET = 256 << 20  # the pool's default size in bytes (at least one full context; at most max_batch)
 
 

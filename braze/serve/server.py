@@ -6,11 +6,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .. import dtypes
+from ..generate import kv_cache_dtype
 from ..models import ModelNotFound, load_embedder, load_llm
 from .app import create_app
 from .engine import Engine
-from .runner import KV_DTYPE
 
 
 def _embedder(path: str | None, wanted: bool) -> Any:
@@ -30,7 +29,7 @@ def serve(model: str | None = None, embedding_model: str | None = None, embeddin
           host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None, max_batch: int = 8,
           ctx: int | None = None, queue_limit: int = 256, kv_tokens: int | None = None, replicas: int = 1,
           chunk: int = 256, warmup: bool = False, turn_tokens: int | None = None,
-          kv_dtype: str = KV_DTYPE.name) -> int:
+          kv_dtype: str | None = None) -> int:
     if replicas > 1:  # copies of this server behind Ray Serve's proxy
         unused = [f"--{name}" for name, given, default in (
             ("kv-tokens", kv_tokens, None), ("prefill-chunk", chunk, 256), ("warmup", warmup, False),
@@ -43,13 +42,13 @@ def serve(model: str | None = None, embedding_model: str | None = None, embeddin
                 *(["--model", model] if model else []), *(["--ctx", str(ctx)] if ctx else []),
                 *(["--api-key", api_key] if api_key else []),
                 *(["--embedder", embedding_model] if embedding_model and embeddings else []),
-                "--queue-limit", str(queue_limit), "--kv-dtype", kv_dtype]
+                "--queue-limit", str(queue_limit), *(["--kv-dtype", kv_dtype] if kv_dtype else [])]
         return ray_main(argv)
     import uvicorn
     loaded = load_llm(model)
     engine = Engine(loaded, embedder=_embedder(embedding_model, embeddings), max_batch=max_batch, ctx=ctx,
                     queue_limit=queue_limit, kv_tokens=kv_tokens, chunk=chunk,
-                    warmup=warmup, turn_tokens=turn_tokens, kv_dtype=getattr(dtypes, kv_dtype))
+                    warmup=warmup, turn_tokens=turn_tokens, kv_dtype=kv_cache_dtype(kv_dtype))
     if ctx is not None and ctx > loaded.model.config.context_length:
         print(f"braze serve: --ctx {ctx} is past the model's context; using {engine.context_length}",
               file=sys.stderr)
