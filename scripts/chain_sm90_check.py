@@ -7,7 +7,8 @@ to get there), then compiles each with the installed Triton for sm_90 in a fresh
 process (the interpreter patches ``triton.language``), pointer arguments taken 16-byte
 aligned as Triton's launcher specialises them. Per kernel it prints the shared memory,
 whether the key/value loads are pipelined (``cp.async``) and whether the dots are
-wgmma; it exits 1 if any kernel fails to compile. What it cannot tell: speed, and
+wgmma; it exits 1 if any kernel fails to compile or needs more shared memory than an
+H100 has. What it cannot tell: speed, and
 what an older Triton (the GPU machine's) refuses that this one takes.
 """
 
@@ -22,6 +23,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+#: shared memory one block may take on an H100 (227 KiB): a kernel over it compiles, then
+#: fails at launch (OutOfResources)
+H100_SHARED = 232448
 _TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "int64": "i64", "int32": "i32", "bool": "i1"}
 
 
@@ -69,7 +73,10 @@ def render(out: Path) -> None:
                  (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
                   (t(1, 4, 1, d), t(1, 1, 3000, d), t(1, 1, 3000, d))),
                  (lambda q, k, v: braze.softmax(q @ k.mT, -1) @ v,
-                  tuple(t(1, 2, 100, d, dtype=braze.float32) for _ in range(3)))]
+                  tuple(t(1, 2, 100, d, dtype=braze.float32) for _ in range(3))),
+                 # a mask tensor: one more (rows x keys) tile loaded per stage
+                 (lambda q, k, v, m: braze.softmax(q @ k.mT * q.shape[-1] ** -0.5 + m, -1) @ v,
+                  (t(1, 2, 300, d), t(1, 2, 300, d), t(1, 2, 300, d), t(1, 1, 300, 300)))]
         for fn, args in cases:
             braze.cuda.synchronize()
             fn(*args).numpy()
@@ -101,7 +108,9 @@ def compile_all(out: Path) -> int:
             print(f"FAILED {js.stem} {meta}\n{e}")
             continue
         ptx = k.asm["ptx"]
-        print(f"ok {js.stem}: BM={meta['BM']} BN={meta['BN']} BD={meta['BD']} warps={meta['num_warps']} "
+        fits = k.metadata.shared <= H100_SHARED
+        failed += not fits
+        print(f"{'ok' if fits else 'TOO MUCH SHARED MEMORY'} {js.stem}: BM={meta['BM']} BN={meta['BN']} BD={meta['BD']} warps={meta['num_warps']} "
               f"stages={meta['num_stages']} shared={k.metadata.shared} cp.async={ptx.count('cp.async.')} "
               f"wgmma={ptx.count('wgmma.mma_async')}")
     return 1 if failed else 0

@@ -48,9 +48,13 @@ from .loops import passes
 from .triton import PRELUDE, TL, NotRendered, Renderer, Rendered, literal, stored, vtype
 from .triton_band import FDIV, atoms, band_lines, fill_is_identity
 
-#: query rows x keys per tile, warps and pipeline stages on a GPU, by head dim: FlashAttention's
-#: usual shapes (``BRAZE_TRITON_CHAIN="bm,bn,warps,stages"`` overrides them, to tune on a GPU)
-GPU_TILE = {64: (128, 128, 8, 3), 128: (128, 64, 8, 3), 256: (64, 32, 8, 2)}
+#: query rows x keys per tile, warps and pipeline stages on a GPU, by head dim: the best of
+#: ``bench/gpu_chain_tiles.py``'s candidates on an H100 (bench/RESULTS.md, fourteenth session;
+#: ``BRAZE_TRITON_CHAIN="bm,bn,warps,stages"`` overrides them, to tune on a GPU)
+GPU_TILE = {64: (128, 64, 4, 3), 128: (128, 128, 8, 3), 256: (64, 32, 8, 2)}
+#: shared memory a program's tiles may take: what an H100 gives a block (227 KiB; Triton's
+#: count for the 128 x 128 x 3-stage tiles of D = 128 is 224 KiB)
+SHARED_BYTES = 227 * 1024
 #: float32 inputs (IEEE dots, emulated: 128 x 128 tiles take minutes to compile and all
 #: of an H100's shared memory)
 FLOAT32_TILE = (64, 32, 4, 2)
@@ -125,6 +129,23 @@ def _tile(rows: int, d: int, native: bool) -> tuple[int, int, int, int]:
         bm = _pow2(rows)
         warps = 4 if bm <= 64 else warps
     return bm, bn, warps, stages
+
+
+def _fit(bn: int, stages: int, fixed: int, per_key: int) -> tuple[int, int]:
+    """(keys, stages) of a tile whose shared memory fits ``SHARED_BYTES``: ``fixed``
+    bytes held once (the queries), ``per_key`` bytes per key of each pipelined stage
+    (a key's row, a value's row, the row-by-key tiles of masks); fewer keys first, down
+    to 32, then fewer stages. A tile that does not fit fails at launch on a GPU
+    (Triton's OutOfResources), so the estimate errs high: Triton buffers some loads
+    in fewer stages than ``stages``."""
+    while fixed + stages * bn * per_key > SHARED_BYTES:
+        if bn > 32:
+            bn //= 2
+        elif stages > 1:
+            stages -= 1
+        else:
+            break
+    return bn, stages
 
 
 def _safe(op: str, name: str) -> str:
@@ -215,6 +236,9 @@ class _Chain:
         #: weights rounded to the values' half type as they would be going into the dot
         self.w_round = f".to({TL[c.v.dtype.name]}).to(tl.float32)" if c.dtype.is_half and not self.v_half else ""
         self.bm, self.bn, self.warps, self.stages = _tile(self.rows, self.bd, half_qk and self.v_half)
+        if not _interpreting():
+            self.bn, self.stages = _fit(self.bn, self.stages, self.bm * self.bd * dot.a.dtype.itemsize,
+                                        self._bytes_per_key(k))
         self.blocks = -(-self.rows // self.bm)
         self.ntiles = -(-n // self.bn)
         self.tail = n % self.bn != 0
@@ -232,6 +256,20 @@ class _Chain:
         self.splits = -(-self.ntiles // self.chunk)
         self.part = self.bm * (2 * len(self.reduces) + self.be)  # one split's partial results
         self.names = iter(range(1 << 30))
+
+    def _bytes_per_key(self, k: ir.Kernel) -> int:
+        """Shared memory a stage takes per key: the key's and the value's rows, and per
+        other load that moves along the keys, its elements of a block's rows (a mask of
+        rows x keys) or one (a mask of keys)."""
+        dot, c, no = self.dot, self.contract, self.no
+        total = self.bd * dot.b.dtype.itemsize + self.be * c.v.dtype.itemsize
+        seen = {dot.b, c.v}
+        for x in (x for s in k.stages for e in ir.stage_exprs(s) for x in ir.walk(e)):
+            if isinstance(x, ir.Load) and x not in seen and ir.load_uses(x, no):  # (coordinate no: the key)
+                seen.add(x)
+                by_row = any(ir.load_uses(x, r) for r in self.row_dims)
+                total += (self.bm if by_row else 1) * x.dtype.itemsize
+        return total
 
     # -- coordinates ----------------------------------------------------------------
     def coords(self, rows: str, j: str, last: str | None = None) -> list[str]:

@@ -256,3 +256,32 @@ def test_gpu_tiles_on_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
             (decode, _qkv(n_q=1, n_kv=3000, hkv=HKV, d=128), braze.bfloat16, 2, 3e-2)):
         got, ref = _one_chain(monkeypatch, fn, arrays, launches, dtype)
         np.testing.assert_allclose(got, ref, atol=atol, rtol=0)
+
+
+def test_the_gpus_tiles_fit_its_shared_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tiles a GPU would run (``INTERPRETER = False``), rendered and run here: causal
+    attention at D = 128 takes the 128 x 128 tile; beside a (rows x keys) mask tensor,
+    loaded with each tile of keys, the keys per tile halve so that the pipelined stages
+    fit an H100's shared memory (a tile over it compiles, then fails at launch)."""
+    from braze.codegen import triton_chain
+    monkeypatch.setattr(triton_chain, "INTERPRETER", False)
+    metas: list[dict[str, int]] = []
+    render = triton_chain.chain_kernels
+
+    def spy(k: Any, name: str) -> Any:
+        ks = render(k, name)
+        metas.append(ks.main.meta)
+        return ks
+    monkeypatch.setattr(triton_chain, "chain_kernels", spy)
+    n, d = 200, 128
+    q, k, v = _qkv(n_q=n, n_kv=n, hkv=H, d=d)
+    mask = np.where(np.tril(np.ones((n, n), bool)), 0.0, -np.inf).astype(np.float32)
+    for fn, arrays, bn in ((masked_fill_triu, [q, k, v], 128),
+                           (lambda q, k, v, m: braze.softmax(q @ k.mT / math.sqrt(d) + m, -1) @ v, [q, k, v, mask], 64)):
+        metas.clear()
+        got, ref = _one_chain(monkeypatch, fn, arrays, dtype=braze.float16)
+        np.testing.assert_allclose(got, ref, atol=2e-2, rtol=0)
+        (meta,) = metas
+        assert (meta["BM"], meta["BN"], meta["num_stages"]) == (128, bn, 3)
+        per_key = 2 * d * 2 + (meta["BM"] * 2 if len(arrays) == 4 else 0)
+        assert meta["BM"] * d * 2 + meta["num_stages"] * meta["BN"] * per_key <= triton_chain.SHARED_BYTES
