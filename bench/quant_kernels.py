@@ -42,7 +42,7 @@ def blocks(qtype: GGMLType, n: int, k: int, rng: np.random.Generator) -> np.ndar
     raw = rng.integers(0, 256, nb * bdt.itemsize, dtype=np.uint8)
     view = raw.view(bdt)
     for f in ("d", "m", "dmin"):
-        if f in bdt.names:
+        if f in (bdt.names or ()):
             view[f] = rng.uniform(-0.05, 0.05, nb).astype(np.float16)
     return raw
 

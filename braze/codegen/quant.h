@@ -478,13 +478,88 @@ static inline __m256i braze_qr_q8_0(const uint8_t *b, float *s, float *o) {
     *s = braze_q_f16(b); *o = -128.0f * *s;
     return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 2)), _mm256_set1_epi8((char)0x80));
 }
+#if defined(__AVX512VNNI__)
+/* Two blocks (at b and b + TS) of 32 in one 512-bit register, element order, and their
+ * scales and offsets as [s0, s1, o0, o1]: half the instructions per block of the 256-bit
+ * path (the unpack, the dots, the scales' conversion and the offsets' products each
+ * taken once for both), the same integers and products. The nibbles: both blocks'
+ * 16 bytes, each in two 128-bit lanes, the second lane shifted right by 4. */
+static inline __m512i braze_q2_nibbles(const uint8_t *p0, const uint8_t *p1) {
+    __m512i v = _mm512_inserti32x4(_mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p0)),
+                                   _mm_loadu_si128((const __m128i *)p1), 2);
+    v = _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(2, 2, 0, 0));
+    const __m512i shift = _mm512_set_epi64(0x0004000400040004LL, 0x0004000400040004LL, 0, 0,
+                                           0x0004000400040004LL, 0x0004000400040004LL, 0, 0);
+    return _mm512_and_si512(_mm512_srlv_epi16(v, shift), _mm512_set1_epi8(15));
+}
+/* scales and offsets of types with one float16 scale d and offset c d */
+static inline __m128 braze_q2_d(const uint8_t *b0, const uint8_t *b1, float c) {
+    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(braze_q_u16(b0) | (uint32_t)braze_q_u16(b1) << 16)));
+    return _mm_mul_ps(_mm_movelh_ps(f, f), _mm_setr_ps(1.0f, 1.0f, c, c));
+}
+static inline __m512i braze_q2_q4_0(const uint8_t *b0, const uint8_t *b1, __m128 *sw) {
+    *sw = braze_q2_d(b0, b1, -8.0f); return braze_q2_nibbles(b0 + 2, b1 + 2);
+}
+static inline __m512i braze_q2_q4_1(const uint8_t *b0, const uint8_t *b1, __m128 *sw) {
+    uint32_t u0, u1;
+    memcpy(&u0, b0, 4);
+    memcpy(&u1, b1, 4);
+    const __m128 f = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)(u0 | (uint64_t)u1 << 32)));  /* d0 m0 d1 m1 */
+    *sw = _mm_shuffle_ps(f, f, _MM_SHUFFLE(3, 1, 2, 0));
+    return braze_q2_nibbles(b0 + 4, b1 + 4);
+}
+static inline __m512i braze_q2_q5_0(const uint8_t *b0, const uint8_t *b1, __m128 *sw) {
+    uint32_t h0, h1;
+    memcpy(&h0, b0 + 2, 4);
+    memcpy(&h1, b1 + 2, 4);
+    *sw = braze_q2_d(b0, b1, -16.0f);
+    return _mm512_or_si512(braze_q2_nibbles(b0 + 6, b1 + 6),
+                           _mm512_and_si512(_mm512_movm_epi8(_cvtu64_mask64(h0 | (uint64_t)h1 << 32)), _mm512_set1_epi8(16)));
+}
+static inline __m512i braze_q2_q8_0(const uint8_t *b0, const uint8_t *b1, __m128 *sw) {
+    *sw = braze_q2_d(b0, b1, -128.0f);
+    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
+                                               _mm256_loadu_si256((const __m256i *)(b1 + 2)), 1),
+                            _mm512_set1_epi8((char)0x80));
+}
+#define BRAZE_MV1_PAIRS(T, TS)                                                                                \
+    const __m512i lanes = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);                  \
+    __m512 acc2[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};   \
+    __m128 off2[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};               \
+    for (; b + 2 <= k / 32; b += 2) {                                                                        \
+        for (int r = 0; r < R; r++)  /* as braze_mv: 8R rows ahead into L2 */                                \
+            for (int l = 0; l < 2 * TS; l += 64) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS + l, 0, 2); \
+        const __m512i xv = _mm512_loadu_si512((const void *)(xh + 32 * b));                                  \
+        const __m512i xw = _mm512_loadu_si512((const void *)(xl + 32 * b));                                  \
+        const __m128 xd = _mm_movelh_ps(_mm_castpd_ps(_mm_load_sd((const double *)(dx + b))),               \
+                                        _mm_castpd_ps(_mm_load_sd((const double *)(xs + b))));              \
+        for (int r = 0; r < R; r++) {                                                                        \
+            __m128 sw;                                                                                       \
+            const uint8_t *wb = w + r * ldw + b * TS;                                                        \
+            const __m512i qv = braze_q2_##T(wb, wb + TS, &sw);                                               \
+            const __m128 pr = _mm_mul_ps(sw, xd);  /* s0 dx0, s1 dx1, o0 xs0, o1 xs1 */                      \
+            off2[r] = _mm_add_ps(off2[r], pr);                                                               \
+            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), qv, xv);                                 \
+            p = _mm512_add_epi32(_mm512_slli_epi32(p, 7), _mm512_dpbusd_epi32(_mm512_setzero_si512(), qv, xw)); \
+            acc2[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),                                                 \
+                                      _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(pr)), acc2[r]);    \
+        }                                                                                                    \
+    }                                                                                                        \
+    for (int r = 0; r < R; r++)                                                                              \
+        off[r] = _mm512_reduce_add_ps(acc2[r]) + _mm_cvtss_f32(_mm_movehl_ps(off2[r], off2[r]))              \
+                 + _mm_cvtss_f32(_mm_shuffle_ps(off2[r], off2[r], _MM_SHUFFLE(3, 3, 3, 3)));
+#else
+#define BRAZE_MV1_PAIRS(T, TS)  /* no 512-bit VNNI: one block at a time */
+#endif
 #define BRAZE_MV1_REGS(T, TS)                                                                                 \
 static inline __attribute__((always_inline)) int braze_mv1_##T(const int R, int64_t k, const uint8_t *w,     \
         int64_t ldw, const void *x, const float *dx, const float *xs, float *y) {                            \
     const int8_t *xh = (const int8_t *)x, *xl = xh + braze_qs_pad(k);                                        \
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};    \
     float off[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                 \
-    for (int64_t b = 0; b < k / 32; b++) {                                                                   \
+    int64_t b = 0;                                                                                           \
+    BRAZE_MV1_PAIRS(T, TS)  /* then any last block alone */                                                  \
+    for (; b < k / 32; b++) {                                                                                \
         for (int r = 0; r < R; r++)  /* as braze_mv: 8R rows ahead into L2 */                                \
             for (int l = 0; l < TS; l += 64) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS + l, 0, 2);  \
         const __m256i xv = _mm256_loadu_si256((const __m256i *)(xh + 32 * b));                               \
