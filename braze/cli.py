@@ -63,8 +63,9 @@ def _load(args: argparse.Namespace) -> Any:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .generate import GenerationStats, generate_text, kv_cache_dtype
+    from .generate import GenerationStats, freeze_heap, generate_text, kv_cache_dtype
     loaded = _load(args)
+    freeze_heap()
     gs = GenerationStats()
     for piece in generate_text(loaded.model, loaded.tokenizer, args.prompt, args.max_tokens, _sampling(args),
                                stop=args.stop or (), stats=gs, chat=args.chat,

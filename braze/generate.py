@@ -14,6 +14,7 @@ text that might be the start of a stop string is held back until it is known not
 
 from __future__ import annotations
 
+import gc
 import math
 
 import time
@@ -322,6 +323,17 @@ def kv_cache_dtype(name: str | None) -> DType:
 def _idle(model: Any) -> list[tuple[tuple[int, bool, Any, DType], DecodeStep]]:
     """The model's idle sessions, kept on the model itself (so they go with it)."""
     return vars(model).setdefault("_idle_decode_sessions", [])
+
+
+def freeze_heap() -> None:
+    """Collect, then move every object alive now (a loaded model, its plans, its captured
+    steps) out of the garbage collector's reach (``gc.freeze``), so that its full
+    collections scan only newer objects: over a model's ~100k objects they paused a
+    first generation for 20-120 ms at a time (7-10 ms after). For the processes braze
+    owns, once their model is loaded or warmed up (the CLI, the server), as vLLM does
+    after its warm-up; an object frozen that later becomes cyclic garbage is not freed."""
+    gc.collect()
+    gc.freeze()
 
 
 @contextmanager

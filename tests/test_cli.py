@@ -12,7 +12,12 @@ from braze.models import default_llm_path
 
 @pytest.mark.slow
 def test_generate_prints_paris(capsys: Any) -> None:
-    assert main(["generate", "The capital of France is", "--max-tokens", "4", "--stats"]) == 0
+    import gc
+    try:
+        assert main(["generate", "The capital of France is", "--max-tokens", "4", "--stats"]) == 0
+        assert gc.get_freeze_count() > 0  # the loaded model, out of the collector's full passes
+    finally:
+        gc.unfreeze()
     out, err = capsys.readouterr()
     assert out.startswith(" Paris")
     assert "tok/s" in err and "load" in err and "peak" in err

@@ -449,9 +449,10 @@ static inline __attribute__((always_inline)) void braze_qs_dots(const int R, con
  * Q4_1, Q5_0 and Q8_0 (32 values under one scale) unpack it in registers instead
  * (braze_qr_##T), their scale and offset as braze_unpack_##T has them (Q4_1's two
  * float16 words in one conversion: one at a time it was 7-9% slower than the scratch):
- * the same integers, products and sums, bit for bit, 5-13% faster at one row on the AMD
- * EPYC; Q5_1 measured the same and keeps braze_mv's (bench/RESULTS.md, eleventh
- * session). BRAZE_MV1_##T says which. */
+ * the same integers, products and sums, 5-13% faster at one row on the AMD EPYC; Q5_1
+ * measured the same and keeps braze_mv's (bench/RESULTS.md, eleventh session).
+ * BRAZE_MV1_##T says which. With 512-bit VNNI two blocks an iteration
+ * (BRAZE_MV1_PAIRS): the same integers and products, summed in another order. */
 #if defined(BRAZE_VNNI) && defined(__AVX512BW__) && defined(__AVX512VL__)
 /* braze_nibbles32's values in a register: spelled in intrinsics, as its shufflevector
  * compiled here they were 3-5% slower (Q4_0, Q4_1 at one row) */
@@ -531,8 +532,8 @@ static inline __m512i braze_q2_q8_0(const uint8_t *b0, const uint8_t *b1, __m128
             for (int l = 0; l < 2 * TS; l += 64) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS + l, 0, 2); \
         const __m512i xv = _mm512_loadu_si512((const void *)(xh + 32 * b));                                  \
         const __m512i xw = _mm512_loadu_si512((const void *)(xl + 32 * b));                                  \
-        const __m128 xd = _mm_movelh_ps(_mm_castpd_ps(_mm_load_sd((const double *)(dx + b))),               \
-                                        _mm_castpd_ps(_mm_load_sd((const double *)(xs + b))));              \
+        const __m128 xd = _mm_castsi128_ps(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(dx + b)),   \
+                                                              _mm_loadl_epi64((const __m128i *)(xs + b)))); \
         for (int r = 0; r < R; r++) {                                                                        \
             __m128 sw;                                                                                       \
             const uint8_t *wb = w + r * ldw + b * TS;                                                        \

@@ -143,7 +143,7 @@ def _fit(bn: int, stages: int, fixed: int, per_key: int) -> tuple[int, int]:
             bn //= 2
         elif stages > 1:
             stages -= 1
-        else:
+        else:  # left to Triton: the estimate errs high (a float32 D = 400 tile's 256 KiB are 192)
             break
     return bn, stages
 
@@ -236,7 +236,7 @@ class _Chain:
         #: weights rounded to the values' half type as they would be going into the dot
         self.w_round = f".to({TL[c.v.dtype.name]}).to(tl.float32)" if c.dtype.is_half and not self.v_half else ""
         self.bm, self.bn, self.warps, self.stages = _tile(self.rows, self.bd, half_qk and self.v_half)
-        if not _interpreting():
+        if not _interpreting() and not os.environ.get("BRAZE_TRITON_CHAIN", "").strip():  # (a tile asked for: as asked)
             self.bn, self.stages = _fit(self.bn, self.stages, self.bm * self.bd * dot.a.dtype.itemsize,
                                         self._bytes_per_key(k))
         self.blocks = -(-self.rows // self.bm)
@@ -265,7 +265,8 @@ class _Chain:
         total = self.bd * dot.b.dtype.itemsize + self.be * c.v.dtype.itemsize
         seen = {dot.b, c.v}
         for x in (x for s in k.stages for e in ir.stage_exprs(s) for x in ir.walk(e)):
-            if isinstance(x, ir.Load) and x not in seen and ir.load_uses(x, no):  # (coordinate no: the key)
+            # (coordinate no: the key; a load valid over a range of keys is masked per key too)
+            if isinstance(x, ir.Load) and x not in seen and (ir.load_uses(x, no) or any(c == no for c, _, _ in x.when)):
                 seen.add(x)
                 by_row = any(ir.load_uses(x, r) for r in self.row_dims)
                 total += (self.bm if by_row else 1) * x.dtype.itemsize

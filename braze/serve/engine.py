@@ -25,7 +25,7 @@ import numpy as np
 
 from ..dtypes import DType
 from ..errors import BrazeError, InvalidArgument, ShapeMismatch
-from ..generate import KV_DTYPE, Sampling, TextStream, sample
+from ..generate import KV_DTYPE, Sampling, TextStream, freeze_heap, sample
 from .runner import PagedRunner
 
 
@@ -105,11 +105,14 @@ def served_name(path: str | Path) -> str:
 
 class Engine:
     """A model served to many callers. ``model``: a ``Loaded`` LLM (``models.load_llm``);
-    ``embedder``: a ``Loaded`` BERT model for ``embed`` (optional)."""
+    ``embedder``: a ``Loaded`` BERT model for ``embed`` (optional). ``freeze``: the process
+    is the server's own (``braze serve``, a Ray replica): the heap alive when the loop
+    starts is frozen (``generate.freeze_heap``)."""
 
     def __init__(self, model: Any, embedder: Any = None, max_batch: int = 8, ctx: int | None = None,
                  queue_limit: int = 256, kv_tokens: int | None = None, chunk: int = 256,
-                 warmup: bool = False, turn_tokens: int | None = None, kv_dtype: DType = KV_DTYPE) -> None:
+                 warmup: bool = False, turn_tokens: int | None = None, kv_dtype: DType = KV_DTYPE,
+                 freeze: bool = False) -> None:
         if max_batch < 1:
             raise InvalidArgument("Engine", f"max_batch={max_batch}: must be >= 1")
         self.loaded, self.embedder = model, embedder
@@ -129,6 +132,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._m = Metrics()
         self._warmup = warmup  # capture every step (decoding and prefill buckets) on the engine's thread before serving
+        self._freeze = freeze  # the process is the server's: generate.freeze_heap() once the loop starts
         self._runner = PagedRunner(model.model, self.context_length, max_batch, kv_tokens, chunk,
                                    turn_rows=turn_tokens, kv_dtype=kv_dtype)
 
@@ -236,6 +240,8 @@ class Engine:
         if self._warmup:
             self._runner.warm()
             self._warmup = False
+        if self._freeze:  # the model, its plans and captures: out of the collector's full passes
+            freeze_heap()
         while True:
             with self._lock:
                 while not (self._stop or self._waiting or self._running or self._jobs):

@@ -64,7 +64,7 @@ class Replica:
         from .engine import Engine
         embedder = load_embedder(embedder_path) if embedder_path else None
         self.engine = Engine(load_llm(model_path), embedder=embedder, max_batch=max_batch, ctx=ctx,
-                             queue_limit=queue_limit, kv_dtype=kv_cache_dtype(kv_dtype)).start()
+                             queue_limit=queue_limit, kv_dtype=kv_cache_dtype(kv_dtype), freeze=True).start()
         self.api_key = api_key
         self.name = name or f"pid-{os.getpid()}"
 

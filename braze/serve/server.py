@@ -48,7 +48,7 @@ def serve(model: str | None = None, embedding_model: str | None = None, embeddin
     loaded = load_llm(model)
     engine = Engine(loaded, embedder=_embedder(embedding_model, embeddings), max_batch=max_batch, ctx=ctx,
                     queue_limit=queue_limit, kv_tokens=kv_tokens, chunk=chunk,
-                    warmup=warmup, turn_tokens=turn_tokens, kv_dtype=kv_cache_dtype(kv_dtype))
+                    warmup=warmup, turn_tokens=turn_tokens, kv_dtype=kv_cache_dtype(kv_dtype), freeze=True)
     if ctx is not None and ctx > loaded.model.config.context_length:
         print(f"braze serve: --ctx {ctx} is past the model's context; using {engine.context_length}",
               file=sys.stderr)
