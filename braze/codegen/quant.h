@@ -514,8 +514,8 @@ static inline __m512i braze_q2_q5_0(const uint8_t *b0, const uint8_t *b1, __m128
     memcpy(&h0, b0 + 2, 4);
     memcpy(&h1, b1 + 2, 4);
     *sw = braze_q2_d(b0, b1, -16.0f);
-    return _mm512_or_si512(braze_q2_nibbles(b0 + 6, b1 + 6),
-                           _mm512_and_si512(_mm512_movm_epi8(_cvtu64_mask64(h0 | (uint64_t)h1 << 32)), _mm512_set1_epi8(16)));
+    const __m512i v = braze_q2_nibbles(b0 + 6, b1 + 6);  /* + 16 where the high bit is set: one masked add */
+    return _mm512_mask_add_epi8(v, _cvtu64_mask64(h0 | (uint64_t)h1 << 32), v, _mm512_set1_epi8(16));
 }
 static inline __m512i braze_q2_q8_0(const uint8_t *b0, const uint8_t *b1, __m128 *sw) {
     *sw = braze_q2_d(b0, b1, -128.0f);
