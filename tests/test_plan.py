@@ -331,8 +331,8 @@ def _chain(x: braze.Tensor) -> braze.Tensor:
 def test_internal_buffers_share_one_arena_by_liveness(monkeypatch: Any) -> None:
     x = _randn(N, N)
     arenas: list[int] = []
-    real = memory.arena
-    monkeypatch.setattr(memory, "arena", lambda n: arenas.append(n) or real(n))
+    real = memory.arena_at
+    monkeypatch.setattr(memory, "arena_at", lambda n: arenas.append(n) or real(n))
     braze.reset_stats()
     got = _chain(x).numpy().copy()
     st = braze.stats()
@@ -389,18 +389,18 @@ def test_an_error_mid_plan_leaves_no_view_of_the_arena(monkeypatch: Any) -> None
     x = _randn(N, N)
     blocks: list[weakref.ref[np.ndarray]] = []  # weak: the pool reuses only a block nothing else holds
     runs: list[tuple[plan.Plan, list[Any]]] = []
-    real_arena, real_run = memory.arena, plan._run
+    real_arena, real_run = memory.arena_at, plan._run
 
-    def spy_arena(n: int) -> np.ndarray:
-        view = real_arena(n)
+    def spy_arena(n: int) -> tuple[np.ndarray, int]:
+        view, address = real_arena(n)
         blocks.append(weakref.ref(view.base))
-        return view
+        return view, address
 
     def spy_run(p: plan.Plan, nodes: Any, storages: list[Any]) -> None:
         runs.append((p, storages))
         real_run(p, nodes, storages)
 
-    monkeypatch.setattr(memory, "arena", spy_arena)
+    monkeypatch.setattr(memory, "arena_at", spy_arena)
     monkeypatch.setattr(plan, "_run", spy_run)
     memory.pool_clear()  # so the block below is the only free one of its size
 
@@ -441,8 +441,19 @@ def test_place_is_greedy_by_size_and_respects_lifetimes() -> None:
 
 def test_the_arena_block_is_aligned() -> None:
     for n in (10, 100_000, 1_000_000):
-        a = memory.arena(n)
-        assert a.ctypes.data % memory.ARENA_ALIGN == 0 and a.nbytes == n
+        a, address = memory.arena_at(n)
+        assert a.ctypes.data == address and address % memory.ARENA_ALIGN == 0 and a.nbytes == n
+
+
+def test_a_pool_allocation_says_its_address() -> None:
+    """``allocate_at``'s address is its array's (kept per pool block, not asked of numpy),
+    also for a block the pool hands out again, and 0 (unknown) for a small array."""
+    for _ in range(3):
+        for n in (70_000, 1_000_000, 10):
+            a, address = memory.allocate_at(np.dtype(np.float32), n)
+            assert address in (a.ctypes.data, 0) and (address != 0) == (4 * n >= 1 << 16)
+            assert a.ctypes.data % (memory.BLOCK_ALIGN if address else 1) == 0 and a.size == n
+            del a
 
 
 def test_a_warm_cache_in_a_new_process_compiles_and_schedules_nothing(new_processes: Any) -> None:

@@ -54,7 +54,7 @@ def prepare(seg: Segment, shared: SharedArena | None = None) -> None:
         for k in kstep.outputs:
             st = storages[k]
             if st.array is None:
-                st.array = memory.allocate(st.dtype.np, st.numel, "kernel")
+                st.bind(*memory.allocate_at(st.dtype.np, st.numel, "kernel"))
         ptrs = (ctypes.c_void_p * (len(kstep.args) + len(step.extra)))(*([None] * len(kstep.args)), *step.extra)
         moving = []
         for j, (k, r) in enumerate(zip(kstep.args, kstep.refs)):

@@ -107,6 +107,10 @@ def adopt(array: np.ndarray) -> np.ndarray:
 _POOL_MIN = 1 << 16  # smaller buffers come from numpy's own small-block allocator
 _pool: dict[int, list[np.ndarray]] = {}
 _pooled_bytes = 0
+#: each pool block's address, by id (numpy's ``.ctypes.data`` costs ~1.5 us, and a
+#: kernel's output asks for its block's every time); set when a block is made, so an
+#: id a freed block had is given its new block's address
+_address: dict[int, int] = {}
 
 
 def _pool_cap() -> int:
@@ -137,6 +141,7 @@ def _trim(need: int) -> None:
             if _pooled_bytes + need <= _pool_cap():
                 return
             if sys.getrefcount(blocks[i]) == 2:
+                _address.pop(id(blocks[i]), None)
                 del blocks[i]
                 _pooled_bytes -= size
 
@@ -145,23 +150,31 @@ def pool_clear() -> None:
     """Forget every free block (tests; blocks in use stay with their users)."""
     global _pooled_bytes
     _pool.clear()
+    _address.clear()
     _pooled_bytes = 0
 
 
 def allocate(dtype: np.dtype, numel: int, op: str | None = None) -> np.ndarray:
     """A flat array of ``numel`` elements, uninitialised: from the pool when a free
     block of its size class exists (``pool_hits``), else fresh (``allocations``)."""
+    return allocate_at(dtype, numel, op)[0]
+
+
+def allocate_at(dtype: np.dtype, numel: int, op: str | None = None) -> tuple[np.ndarray, int]:
+    """``allocate``'s array and the address of its first element (0 where not known
+    without asking numpy: a small array), for ``Storage.bind``."""
     dtype = np.dtype(dtype)
     nbytes = numel * dtype.itemsize
     check(nbytes, op)
     if nbytes < _POOL_MIN:
         try:
-            return adopt(np.empty(numel, dtype=dtype))
+            return adopt(np.empty(numel, dtype=dtype)), 0
         except MemoryError:
             raise OutOfMemory(nbytes, available(), "cpu", op=op) from None
-    view = _aligned(_block(nbytes, op), nbytes).view(dtype)
+    view, address = _pooled(_block(nbytes, op), nbytes)
+    view = view.view(dtype)
     track(view, nbytes)
-    return view
+    return view, address
 
 
 def zeroed(dtype: np.dtype, numel: int, op: str | None = None) -> np.ndarray:
@@ -202,12 +215,25 @@ def _aligned(block: np.ndarray, nbytes: int, align: int = BLOCK_ALIGN) -> np.nda
     return block[shift:shift + nbytes]
 
 
+def _pooled(block: np.ndarray, nbytes: int) -> tuple[np.ndarray, int]:
+    """``_aligned`` of a pool block to ``BLOCK_ALIGN``, and the view's address, from the
+    block's address kept when it was made."""
+    base = _address[id(block)]
+    shift = -base % BLOCK_ALIGN
+    return block[shift:shift + nbytes], base + shift
+
+
 def arena(nbytes: int) -> np.ndarray:
+    """The bytes of one plan run's arena (``arena_at``'s array)."""
+    return arena_at(nbytes)[0]
+
+
+def arena_at(nbytes: int) -> tuple[np.ndarray, int]:
     """The bytes of one plan run's arena (its internal buffers at planned offsets): one
     block, from the pool like any buffer, aligned to ``BLOCK_ALIGN`` (a small one, fresh
     from numpy each run, to ``ARENA_ALIGN``: a page of slack per flush would cost more
-    than it saves). The block goes back to the pool when the returned array and every
-    view of it are gone."""
+    than it saves), and its address. The block goes back to the pool when the returned
+    array and every view of it are gone."""
     check(nbytes, "arena")
     if nbytes < _POOL_MIN:
         try:
@@ -217,11 +243,12 @@ def arena(nbytes: int) -> np.ndarray:
         COUNTERS["allocations"] += 1
         COUNTERS["bytes_allocated"] += base.nbytes
         view = _aligned(base, nbytes, ARENA_ALIGN)
+        address = view.ctypes.data
     else:
-        view = _aligned(_block(nbytes, "arena"), nbytes)
+        view, address = _pooled(_block(nbytes, "arena"), nbytes)
     # accounted for as long as the run holds the arena
     track(view, nbytes)
-    return view
+    return view, address
 
 
 def _block(nbytes: int, op: str | None) -> np.ndarray:
@@ -238,6 +265,7 @@ def _block(nbytes: int, op: str | None) -> np.ndarray:
             raise OutOfMemory(nbytes, available(), "cpu", op=op) from None
         COUNTERS["allocations"] += 1
         COUNTERS["bytes_allocated"] += size
+        _address[id(block)] = block.ctypes.data
         _pool.setdefault(size, []).append(block)
         _pooled_bytes += size
     else:
