@@ -178,9 +178,12 @@ class _Recording:
         if fresh_form and self.alone:
             run = self._direct(copy, stream)
             if run is not None:
+                if run.base is None:
+                    run.prepare(len(call.storages) + len(self.fresh) + len(self.made), self.captured)
+                    assert run.base is not None
                 some = self._pool(call, run.wanted)
-                storages: list[Storage | None] = [None] * run.size
-                for k, i in run.slots:
+                storages = run.base.copy()
+                for k, i in run.moving:
                     storages[k] = some[i]
                 if not run.shifts:
                     run.shifts = planmod.shifts(run.plan, self._layouts(), storages)
@@ -284,7 +287,7 @@ class _DirectRun:
     rel id its steps touch (``slots``), the pool indices a call makes (those and the
     results'), and its kernels' argument offsets (``plan.shifts``, at its first run)."""
 
-    __slots__ = ("plan", "slots", "wanted", "size", "shifts")
+    __slots__ = ("plan", "slots", "wanted", "size", "shifts", "results", "base", "moving")
 
     def __init__(self, plan: Any, used: frozenset[int], order: tuple[int, ...], results: set[int]) -> None:
         self.plan = plan
@@ -292,6 +295,25 @@ class _DirectRun:
         self.wanted = sorted({i for _, i in self.slots} | results)
         self.size = len(order)
         self.shifts: list[tuple[int, ...]] = []
+        self.results = results
+        #: the storages by rel id with the captured ones (the same every call) in place,
+        #: and the slots a call fills (``prepare``)
+        self.base: list[Storage | None] | None = None
+        self.moving: list[tuple[int, int]] = []
+
+    def prepare(self, first_captured: int, captured: list[Storage]) -> None:
+        """Place the captured storages (pool indices from ``first_captured``) once; what
+        a call makes or passes goes in ``moving``, and ``wanted`` becomes those and the
+        results' pool indices."""
+        base: list[Storage | None] = [None] * self.size
+        self.moving = []
+        for k, i in self.slots:
+            if i >= first_captured:
+                base[k] = captured[i - first_captured]
+            else:
+                self.moving.append((k, i))
+        self.wanted = sorted({i for _, i in self.moving} | self.results)
+        self.base = base
 
 
 class _Operand:

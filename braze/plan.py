@@ -612,8 +612,9 @@ def run_stored(plan: Plan, shifted: list[tuple[int, ...]], storages: list[Any]) 
     touch none), each kernel argument at its storage's address plus its ``shifts``."""
     COUNTERS["flushes"] += 1
     COUNTERS["plan_hits"] += 1
-    if plan.program in _shapes:
-        _shapes[plan.program] = _shapes.pop(plan.program)
+    n = _shapes.pop(plan.program, None)  # (the most recent: one hash fewer than asking first)
+    if n is not None:
+        _shapes[plan.program] = n
     _run(plan, (), storages, shifted)
 
 
