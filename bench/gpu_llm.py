@@ -150,7 +150,7 @@ def run_generate(model: Any, prompt: list[int], long: list[int], steps: int, rep
     from braze.stats import COUNTERS
     tokens: list[int] = []
     times: list[float] = []
-    graphs: list[tuple[int, int]] = []
+    launches: list[tuple[int, int]] = []  # per step: (CUDA graphs, kernels one by one)
     before = (0, 0)
     t0 = time.perf_counter()
     stats = GenerationStats()
@@ -158,7 +158,7 @@ def run_generate(model: Any, prompt: list[int], long: list[int], steps: int, rep
         t1 = time.perf_counter()
         if tokens:
             times.append(t1 - t0)
-            graphs.append((COUNTERS["graph_launches"] - before[0], COUNTERS["kernel_launches"] - before[1]))
+            launches.append((COUNTERS["graph_launches"] - before[0], COUNTERS["kernel_launches"] - before[1]))
         tokens.append(tok)
         before = (COUNTERS["graph_launches"], COUNTERS["kernel_launches"])
         t0 = time.perf_counter()
@@ -167,8 +167,8 @@ def run_generate(model: Any, prompt: list[int], long: list[int], steps: int, rep
         stats = GenerationStats()
         list(generate_ids(model, long, 1, stats=stats))
         pre.append(stats.prompt_seconds)
-    log(f"  braze cuda generate: (graph launches, kernel launches) of the last steps {graphs[-3:]}")
-    return {"tokens": tokens, "step_s": times, "prefill_s": pre[1:], "launches_per_step": graphs[-1] if graphs else None}
+    log(f"  braze cuda generate: (graph launches, kernel launches) of the last steps {launches[-3:]}")
+    return {"tokens": tokens, "step_s": times, "prefill_s": pre[1:], "launches_per_step": launches[-1] if launches else None}
 
 
 def run_torch(torch: Any, tm: TorchLlama, prompt: list[int], long: list[int], steps: int, reps: int,

@@ -176,11 +176,8 @@ class _Recording:
         fresh_form = (copy is not None and not stream.nodes and len(self.nodes) < stream.limit
                       and [st.array is None for st in self.captured] == self.pending)
         if fresh_form and self.alone:
-            run = self._direct(copy, stream)
+            run = self._direct(copy, stream, len(call.storages))
             if run is not None:
-                if run.base is None:
-                    run.prepare(len(call.storages) + len(self.fresh) + len(self.made), self.captured)
-                    assert run.base is not None
                 some = self._pool(call, run.wanted)
                 storages = run.base.copy()
                 for k, i in run.moving:
@@ -212,7 +209,7 @@ class _Recording:
             self.keep_form(stream, call.storages, nodes, made)
         return result
 
-    def _direct(self, copy: Any, stream: Stream) -> _DirectRun | None:
+    def _direct(self, copy: Any, stream: Stream, n_args: int) -> _DirectRun | None:
         """The plan to run now instead of recording (``plan.stored``), with what running
         it takes: the plan of these nodes run as their flush would have run it had
         nothing joined them (what PyTorch's compiled functions do, and what a small
@@ -227,7 +224,8 @@ class _Recording:
         if found is None:
             return None
         if self.direct is None or self.direct.plan is not found[0]:
-            self.direct = _DirectRun(found[0], found[1], copy.order, self.results)
+            first_captured = n_args + len(self.fresh) + len(self.made)  # (the pool's order: see _pool)
+            self.direct = _DirectRun(found[0], found[1], copy.order, self.results, first_captured, self.captured)
         return self.direct
 
     @overload
@@ -283,37 +281,27 @@ class _Recording:
 
 
 class _DirectRun:
-    """What a direct replay of one stored plan takes, found once: the pool index of each
-    rel id its steps touch (``slots``), the pool indices a call makes (those and the
-    results'), and its kernels' argument offsets (``plan.shifts``, at its first run)."""
+    """What a direct replay of one stored plan takes, found once: the storages by rel id
+    with the captured ones (the same every call) in place (``base``), the slots a call
+    fills and from which pool index (``moving``), the pool indices a call makes (those
+    and the results', ``wanted``), and its kernels' argument offsets (``plan.shifts``, at
+    its first run)."""
 
-    __slots__ = ("plan", "slots", "wanted", "size", "shifts", "results", "base", "moving")
+    __slots__ = ("plan", "base", "moving", "wanted", "shifts")
 
-    def __init__(self, plan: Any, used: frozenset[int], order: tuple[int, ...], results: set[int]) -> None:
+    def __init__(self, plan: Any, used: frozenset[int], order: tuple[int, ...], results: set[int],
+                 first_captured: int, captured: list[Storage]) -> None:
         self.plan = plan
-        self.slots = [(k, order[k]) for k in sorted(used)]
-        self.wanted = sorted({i for _, i in self.slots} | results)
-        self.size = len(order)
-        self.shifts: list[tuple[int, ...]] = []
-        self.results = results
-        #: the storages by rel id with the captured ones (the same every call) in place,
-        #: and the slots a call fills (``prepare``)
-        self.base: list[Storage | None] | None = None
+        self.base: list[Storage | None] = [None] * len(order)
         self.moving: list[tuple[int, int]] = []
-
-    def prepare(self, first_captured: int, captured: list[Storage]) -> None:
-        """Place the captured storages (pool indices from ``first_captured``) once; what
-        a call makes or passes goes in ``moving``, and ``wanted`` becomes those and the
-        results' pool indices."""
-        base: list[Storage | None] = [None] * self.size
-        self.moving = []
-        for k, i in self.slots:
+        for k in sorted(used):
+            i = order[k]
             if i >= first_captured:
-                base[k] = captured[i - first_captured]
+                self.base[k] = captured[i - first_captured]
             else:
                 self.moving.append((k, i))
-        self.wanted = sorted({i for _, i in self.moving} | self.results)
-        self.base = base
+        self.wanted = sorted({i for _, i in self.moving} | results)
+        self.shifts: list[tuple[int, ...]] = []
 
 
 class _Operand:

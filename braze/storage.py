@@ -9,8 +9,8 @@ it could not produce, so reading them raises that error instead of garbage.
 
 from __future__ import annotations
 
-import functools
 import itertools
+from math import prod
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ import numpy as np
 from .device import Device
 from .dtypes import DType
 from .errors import BrazeError
+from .layout import contiguous_strides
 from .runtime import cuda_memory
 
 _ids = itertools.count()
@@ -105,23 +106,12 @@ def host_view(array: Any, shape: tuple[int, ...], strides: tuple[int, ...], offs
     return strided(cuda_memory.download(array, lo, hi - lo), shape, strides, offset - lo)
 
 
-@functools.lru_cache(maxsize=4096)
-def _row_major(shape: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
-    """The row-major element strides of ``shape``, and its element count."""
-    out, n = [], 1
-    for d in reversed(shape):
-        out.append(n)
-        n *= d
-    return tuple(reversed(out)), n
-
-
 def strided(array: np.ndarray, shape: tuple[int, ...], strides: tuple[int, ...], offset: int,
             writeable: bool = False) -> np.ndarray:
     """A numpy view of ``array`` (flat) with element strides and offset: zero-copy."""
     if 0 in shape:
         return np.empty(shape, dtype=array.dtype)
-    rows, n = _row_major(shape)
-    if offset == 0 and strides == rows and array.size == n and array.flags.c_contiguous:
+    if offset == 0 and strides == contiguous_strides(shape) and array.size == prod(shape) and array.flags.c_contiguous:
         view = array.reshape(shape)  # the whole array in order: a tenth of the general view's cost
     else:
         item = array.itemsize

@@ -113,12 +113,18 @@ def _pow2(n: int, least: int = 16) -> int:
     return max(least, 1 << max(0, (n - 1).bit_length()))
 
 
+def _asked_tile() -> tuple[int, ...]:
+    """The tile ``BRAZE_TRITON_CHAIN`` asks for (rows, keys, warps, stages), or ()."""
+    env = os.environ.get("BRAZE_TRITON_CHAIN", "").strip()
+    return tuple(int(x) for x in env.split(",")) if env else ()
+
+
 def _tile(rows: int, d: int, native: bool) -> tuple[int, int, int, int]:
     """(rows, keys, warps, stages) of a program's tiles; ``native``: half inputs go
     straight into the dots (float32 ones at IEEE precision are many FMAs: small tiles)."""
-    env = os.environ.get("BRAZE_TRITON_CHAIN", "").strip()
-    if env:
-        bm, bn, warps, stages = (int(x) for x in env.split(","))
+    asked = _asked_tile()
+    if asked:
+        bm, bn, warps, stages = asked
     elif _interpreting():
         bm, bn, warps, stages = INTERPRET_TILE
     elif not native:
@@ -236,7 +242,7 @@ class _Chain:
         #: weights rounded to the values' half type as they would be going into the dot
         self.w_round = f".to({TL[c.v.dtype.name]}).to(tl.float32)" if c.dtype.is_half and not self.v_half else ""
         self.bm, self.bn, self.warps, self.stages = _tile(self.rows, self.bd, half_qk and self.v_half)
-        if not _interpreting() and not os.environ.get("BRAZE_TRITON_CHAIN", "").strip():  # (a tile asked for: as asked)
+        if not _interpreting() and not _asked_tile():  # (a tile asked for: as asked)
             self.bn, self.stages = _fit(self.bn, self.stages, self.bm * self.bd * dot.a.dtype.itemsize,
                                         self._bytes_per_key(k))
         self.blocks = -(-self.rows // self.bm)
@@ -266,7 +272,7 @@ class _Chain:
         seen = {dot.b, c.v}
         for x in (x for s in k.stages for e in ir.stage_exprs(s) for x in ir.walk(e)):
             # (coordinate no: the key; a load valid over a range of keys is masked per key too)
-            if isinstance(x, ir.Load) and x not in seen and (ir.load_uses(x, no) or any(c == no for c, _, _ in x.when)):
+            if isinstance(x, ir.Load) and x not in seen and (ir.load_uses(x, no) or any(d == no for d, _, _ in x.when)):
                 seen.add(x)
                 by_row = any(ir.load_uses(x, r) for r in self.row_dims)
                 total += (self.bm if by_row else 1) * x.dtype.itemsize
