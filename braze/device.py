@@ -15,6 +15,11 @@ class Device:
     type: str
     index: int = 0
 
+    def __hash__(self) -> int:
+        # hashed on every jit call (its key) and stream lookup: a str keeps its hash,
+        # a tuple of the fields (the dataclass's own) is built and hashed anew each time
+        return hash(self.type) + self.index
+
     def __str__(self) -> str:
         return self.type if self.type == "cpu" else f"{self.type}:{self.index}"
 

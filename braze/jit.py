@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 import sys
 import weakref
 from typing import Any, Callable, Generic, ParamSpec, TypeVar, overload
@@ -72,6 +73,8 @@ R = TypeVar("R")
 
 MAX_SIGNATURES = 256  # per function: past this, new signatures run without replay
 REPROBE = 64  # every this many direct replays, one is recorded to learn whether later work joins it
+_ARRAY = operator.attrgetter("_array")  # a storage's array, None while pending (Storage.array without the property)
+_NONES = itertools.repeat(None)
 _UNTRACED: Any = object()  # a signature not seen yet (None: traced, not replayable)
 
 #: Keyed by value; any other object by identity.
@@ -110,7 +113,7 @@ class _Call:
                 i = self.index[id(st)] = len(self.storages)
                 self.storages.append(st)
             lay = x._layout
-            return (Tensor, i, st.dtype, st.device, lay.shape, lay.strides, lay.offset, st.array is None, st.readonly)
+            return (Tensor, i, st.dtype, st.device, lay.shape, lay.strides, lay.offset, st._array is None, st.readonly)
         if isinstance(x, (tuple, list)):
             return (type(x), *[self._key(y) for y in x])
         if isinstance(x, slice):  # not hashable before Python 3.12
@@ -173,8 +176,12 @@ class _Recording:
             for nbytes, op in self.budget:
                 memory.check(nbytes, op)
         copy = self.form_copy
-        fresh_form = (copy is not None and not stream.nodes and len(self.nodes) < stream.limit
-                      and [st.array is None for st in self.captured] == self.pending)
+        held = False  # the direct run's launches hold (and so the captured storages' pending ones are as kept)
+        fresh_form = copy is not None and not stream.nodes and len(self.nodes) < stream.limit
+        if fresh_form:
+            last = self.direct
+            held = last is not None and last.holds(self.captured, self.pending)
+            fresh_form = held or list(map(operator.is_, map(_ARRAY, self.captured), _NONES)) == self.pending
         if fresh_form and self.alone:
             run = self._direct(copy, stream, len(call.storages))
             if run is not None:
@@ -182,9 +189,9 @@ class _Recording:
                 storages = run.base.copy()
                 for k, i in run.moving:
                     storages[k] = some[i]
-                if not run.shifts:
-                    run.shifts = planmod.shifts(run.plan, self._layouts(), storages)
-                planmod.run_stored(run.plan, run.shifts, storages)
+                if not held or run is not last:
+                    run.launch(self._layouts(), storages, self.captured, self.pending)
+                planmod.run_stored(run.plan, run.launched, storages)
                 return _rebuild(self.result, some, call.tensors)
         pool = self._pool(call)
         nodes = [Node(op, tuple([Operand(pool[i], lay) for i, lay in ins]),
@@ -284,10 +291,10 @@ class _DirectRun:
     """What a direct replay of one stored plan takes, found once: the storages by rel id
     with the captured ones (the same every call) in place (``base``), the slots a call
     fills and from which pool index (``moving``), the pool indices a call makes (those
-    and the results', ``wanted``), and its kernels' argument offsets (``plan.shifts``, at
+    and the results', ``wanted``), and its kernels' argument arrays (``plan.launches``, at
     its first run)."""
 
-    __slots__ = ("plan", "base", "moving", "wanted", "shifts")
+    __slots__ = ("plan", "base", "moving", "wanted", "launched", "arrays", "pending")
 
     def __init__(self, plan: Any, used: frozenset[int], order: tuple[int, ...], results: set[int],
                  first_captured: int, captured: list[Storage]) -> None:
@@ -301,7 +308,22 @@ class _DirectRun:
             else:
                 self.moving.append((k, i))
         self.wanted = sorted({i for _, i in self.moving} | results)
-        self.shifts: list[tuple[int, ...]] = []
+        self.launched: list[Any] = []  # plan.launches, at the first run
+        self.arrays: list[Any] = []  # the captured storages' arrays when they were made
+        self.pending: list[bool] | None = None  # the recording's pending pattern then (the very list)
+
+    def holds(self, captured: list[Storage], pending: list[bool]) -> bool:
+        """Do the launches still hold: every captured storage has the array (or the
+        None) it had when they were made, under the pattern the recording still keeps?
+        (Then the addresses in them are right, and the pattern is unchanged: one scan
+        of the captured storages for both.)"""
+        return pending is self.pending and all(map(operator.is_, map(_ARRAY, captured), self.arrays))
+
+    def launch(self, layouts: list[_Layouts], storages: list[Storage | None], captured: list[Storage],
+               pending: list[bool]) -> None:
+        self.launched = planmod.launches(self.plan, layouts, storages, frozenset(k for k, _ in self.moving))
+        self.arrays = list(map(_ARRAY, captured))
+        self.pending = pending
 
 
 class _Operand:
@@ -377,7 +399,7 @@ class Jitted(Generic[P, R]):
         rec = self.recordings.get(call.key, _UNTRACED)  # one lookup: a key's hash is not cached
         if rec is _UNTRACED:
             return self._trace(call, args, kwargs)
-        if rec is None or not rec.captured_ids.isdisjoint([id(st) for st in call.storages]):
+        if rec is None or not rec.captured_ids.isdisjoint(map(id, call.storages)):
             return self.fn(*args, **kwargs)  # not replayable, or an argument is a captured tensor
         return rec.replay(call, call.stream())
 

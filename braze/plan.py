@@ -105,6 +105,31 @@ _homes: dict[Any, list[tuple[tuple[Any, ...], frozenset[int], Any]]] = {}
 _program_key: dict[Any, Any] = {}  # each program in ``_shapes`` to its key there (one object)
 
 
+class _Program(tuple[Any, ...]):
+    """A program's ops and dtypes (``_refusal``) as the key of ``_shapes`` and ``_homes``,
+    its hash taken once: every flush and every direct replay moves its program to the
+    back of ``_shapes``, and a tuple of a stream's ops is hashed anew at each lookup
+    (~0.7 us for a GELU's 25 ops). Equal to, and hashed as, the plain tuple."""
+
+    hash: int
+
+    def __new__(cls, ops: tuple[Any, ...]) -> "_Program":
+        self = super().__new__(cls, ops)
+        self.hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self) -> int:
+        return self.hash
+
+
+def _touch(program: Any) -> None:
+    """A plan of ``program`` ran: it is now the most recently used (a dict keeps
+    insertion order; popping first is one lookup fewer than asking first)."""
+    n = _shapes.pop(program, None)
+    if n is not None:
+        _shapes[program] = n
+
+
 def _shape_variants() -> int:
     """How many shapes one program compiles kernels for before its new shapes run on the
     reference executor (a shape whose kernels are all compiled already, as generic ones
@@ -381,7 +406,7 @@ def _plan_path(key: Any) -> Path | None:
 _NO_ARENA = np.empty(0, np.uint8)
 
 
-def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any], shifted: Sequence[Sequence[int]] = ()) -> None:
+def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any], launched: Sequence[Launch | None] = ()) -> None:
     nthreads = cpu.get_num_threads()
     arena, base = memory.arena_at(plan.arena_bytes) if plan.offsets else (_NO_ARENA, 0)
     try:
@@ -399,15 +424,20 @@ def _run(plan: Plan, nodes: Sequence[Any], storages: list[Any], shifted: Sequenc
                     st.bind(arena[off:off + st.numel * st.dtype.itemsize].view(st.dtype.np), base + off)
                 for k in kstep.outputs:
                     st = storages[k]
-                    if st.array is None:
+                    if st._array is None:
                         st.bind(*memory.allocate_at(st.dtype.np, st.numel, "kernel"))
                 # the kernel's argument array (array.array: a third of a ctypes array's cost to fill)
-                ptrs = array.array("Q", [storages[k].address() + s for k, s in zip(kstep.args, shifted[i])] if shifted
-                                   else [storages[k].address() if r is None else storages[k].address()
-                                         + storages[k].dtype.nbytes(operand(nodes[r[0]], r[1]).layout.offset)
-                                         for k, r in zip(kstep.args, kstep.refs)])
-                if step.extra:
-                    ptrs.extend(step.extra)
+                launch = launched[i] if launched else None
+                if launch is not None:
+                    ptrs = launch.fixed[:]
+                    for at, k, shift in launch.moving:
+                        ptrs[at] = storages[k].address() + shift
+                else:
+                    ptrs = array.array("Q", [storages[k].address() if r is None else storages[k].address()
+                                             + storages[k].dtype.nbytes(operand(nodes[r[0]], r[1]).layout.offset)
+                                             for k, r in zip(kstep.args, kstep.refs)])
+                    if step.extra:
+                        ptrs.extend(step.extra)
                 COUNTERS["kernel_launches"] += 1
                 COUNTERS["c_calls"] += 1
                 step.fn(ptrs.buffer_info()[0], nthreads)
@@ -540,7 +570,10 @@ def execute(nodes: "deque[Any]") -> None:
                     # A program's shapes share one key (a server's 28 step buckets are one
                     # program: each kept its own copy, ~0.2 MiB), and a plan keeps its
                     # shape-free form only where it counts in ``_variants`` (0.4 MiB each).
-                    ops = _program_key.setdefault(ops, ops)
+                    known = _program_key.get(ops)
+                    if known is None:
+                        known = _program_key[ops] = _Program(ops)
+                    ops = known
                     _shapes[ops] = _shapes.pop(ops, 0) + 1  # the most recent
                     if plan.compiled:
                         _variants[shape_free] = _variants.get(shape_free, 0) + 1
@@ -552,8 +585,7 @@ def execute(nodes: "deque[Any]") -> None:
                         _evict(next(iter(_shapes)))
     else:
         COUNTERS["plan_hits"] += 1
-        if plan.program in _shapes:  # the most recent now (a dict keeps insertion order)
-            _shapes[plan.program] = _shapes.pop(plan.program)
+        _touch(plan.program)
     if plan is None:
         if observers:
             observers[-1].append(None)  # a capture cannot replay what the reference executor ran
@@ -598,24 +630,45 @@ def stored(copy: plan_trie.FormCopy, live: frozenset[int]) -> tuple[Plan, frozen
     return (plan, plan.direct) if plan.direct else None
 
 
-def shifts(plan: Plan, nodes: Sequence[Any], storages: list[Any]) -> list[tuple[int, ...]]:
-    """Per step, the byte offset of each kernel argument into its storage, as ``nodes``'
-    layouts place it (an extern step: none): what ``run_stored`` adds to the
-    storages' addresses. A recording's layouts are fixed, so jit takes them once."""
-    return [tuple(0 if r is None else storages[k].dtype.nbytes(operand(nodes[r[0]], r[1]).layout.offset)
-                  for k, r in zip(s.step.args, s.step.refs)) if isinstance(s, CompiledKernel) else ()
-            for s in plan.steps]
+@dataclass
+class Launch:
+    """One kernel step's argument array where most storages stay from run to run (a jit
+    recording's captured tensors): their addresses, and the trailing sizes, filled in
+    once (``fixed``); the others' places in it, rel ids and byte shifts (``moving``),
+    filled at each run. A direct replay of a small shape pays for every argument it
+    computes: twelve captured constants cost more than its kernel."""
+
+    fixed: array.array
+    moving: tuple[tuple[int, int, int], ...]
 
 
-def run_stored(plan: Plan, shifted: list[tuple[int, ...]], storages: list[Any]) -> None:
+def launches(plan: Plan, nodes: Sequence[Any], storages: list[Any], moving: frozenset[int]) -> list[Launch | None]:
+    """Per step (an extern step: None) its ``Launch`` over ``storages`` by rel id, each
+    argument at its storage's address plus the byte offset ``nodes``' layouts place it
+    at; the rel ids ``moving`` are left to fill. A recording's layouts are fixed, and so
+    are these while the storages not ``moving`` keep their arrays."""
+    out: list[Launch | None] = []
+    for s in plan.steps:
+        if not isinstance(s, CompiledKernel):
+            out.append(None)
+            continue
+        shifts = [0 if r is None else storages[k].dtype.nbytes(operand(nodes[r[0]], r[1]).layout.offset)
+                  for k, r in zip(s.step.args, s.step.refs)]
+        fixed = array.array("Q", [0 if k in moving else storages[k].address() + sh
+                                  for k, sh in zip(s.step.args, shifts)])
+        fixed.extend(s.extra)
+        out.append(Launch(fixed, tuple((at, k, sh) for at, (k, sh) in enumerate(zip(s.step.args, shifts))
+                                       if k in moving)))
+    return out
+
+
+def run_stored(plan: Plan, launched: list[Launch | None], storages: list[Any]) -> None:
     """Run a plan ``stored`` gave, now, over its storages by rel id (None where its steps
-    touch none), each kernel argument at its storage's address plus its ``shifts``."""
+    touch none), through its ``launches``."""
     COUNTERS["flushes"] += 1
     COUNTERS["plan_hits"] += 1
-    n = _shapes.pop(plan.program, None)  # (the most recent: one hash fewer than asking first)
-    if n is not None:
-        _shapes[plan.program] = n
-    _run(plan, (), storages, shifted)
+    _touch(plan.program)
+    _run(plan, (), storages, launched)
 
 
 def clear() -> None:

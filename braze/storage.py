@@ -20,6 +20,7 @@ from .dtypes import DType
 from .errors import BrazeError
 from .layout import contiguous_strides
 from .runtime import cuda_memory
+from .runtime.memory import address_of
 
 _ids = itertools.count()
 
@@ -63,10 +64,9 @@ class Storage:
 
     def address(self) -> int:
         """The address of the array's first element, for a kernel's argument list: found
-        once per array (numpy's ``.ctypes.data`` costs about 3 us, and a kernel launch
-        passes several)."""
+        once per array (``memory.address_of``)."""
         if not self._address:
-            self._address = self.data().ctypes.data
+            self._address = address_of(self.data())
         return self._address
 
     @property
@@ -75,11 +75,11 @@ class Storage:
 
     def data(self) -> np.ndarray:
         """The flat array; raises the error of the flush that failed to produce it."""
-        if self.array is None:
+        if self._array is None:
             if self.error is not None:
                 raise BrazeError(f"this tensor was not computed because an earlier flush failed: {self.error}")
             raise BrazeError("internal: storage read before it was computed")
-        return self.array
+        return self._array
 
     def __repr__(self) -> str:
         state = "realized" if self.array is not None else "pending"

@@ -197,6 +197,31 @@ def test_in_place_writes_to_arguments_and_reads_of_captured_tensors_replay() -> 
     assert calls[0] == 1
 
 
+def test_a_direct_replay_reads_captured_tensors_where_they_are_now() -> None:
+    """A direct replay's kernels take the captured tensors' addresses once: a captured
+    tensor computed lazily (pending when traced), updated in place between calls, or
+    given another array (as a capture's shared outputs are) is read where it is now."""
+    weight = braze.from_numpy(np.arange(5, dtype=np.float32)) * 2  # pending when traced
+    jitted, calls = _counted(lambda x: x * weight + 1)
+    fused = braze.stream.fusion_enabled()
+    want = np.arange(5, dtype=np.float32) * 2
+    for i in range(12):
+        x = np.full((5,), float(i), dtype=np.float32)
+        if i == 6:
+            weight.add_(1.0)
+            want = want + 1
+        if i == 9:
+            moved = np.full((5,), 7.0, dtype=np.float32)
+            weight._storage.array = moved  # another array at another address
+            want = moved.copy()
+        braze.reset_stats()
+        got = jitted(braze.from_numpy(x)).numpy()
+        np.testing.assert_array_equal(got, x * want + 1)
+        if fused and i in (5, 8, 11):
+            assert braze.stats()["nodes_recorded"] == 0  # run directly
+    assert calls[0] == 1
+
+
 def test_a_read_only_argument_is_its_own_signature() -> None:
     """A write into an argument, traced with a writable tensor, is refused for a
     read-only one (an mmapped weight) as running the function would refuse it."""

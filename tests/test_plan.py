@@ -456,6 +456,18 @@ def test_a_pool_allocation_says_its_address() -> None:
             del a
 
 
+def test_an_arrays_address_is_numpys_for_every_kind_of_array() -> None:
+    """``memory.address_of`` (a ctypes view of the buffer where it can, numpy's own
+    where not) gives numpy's address for writable, read-only, offset, strided and
+    empty arrays, and for a read-only memory map."""
+    base = np.arange(40, dtype=np.float32)
+    ro = base.copy()
+    ro.flags.writeable = False
+    mapped = np.frombuffer(bytes(64), dtype=np.uint8)
+    for a in (base, base[3:], base[::2], ro, ro[5:], base[:0], mapped, base.reshape(5, 8)[:, 1:]):
+        assert memory.address_of(a) == a.ctypes.data
+
+
 def test_a_warm_cache_in_a_new_process_compiles_and_schedules_nothing(new_processes: Any) -> None:
     code = ("import braze, numpy as np\n"
             "from braze import plan\n"
