@@ -33,6 +33,11 @@ stream):
   nodes rebuilt and flushed. Every ``REPROBE``-th such call records instead, so a
   caller that starts adding work after the call gets it fused with the call's nodes
   again.
+- **Fast lane.** A call whose arguments are tensors alone, which runs the same direct
+  replay as the call before it, is checked against that replay's signature field by
+  field (``_Fast``) instead of building its key, and runs with its storages filled
+  from a list made once: what a tiny shape's call costs in Python is then about a
+  third of its kernel.
 
 The contract is ``jax.jit``'s: the function's tensors must depend only on its
 arguments, what it captures must not be rebound between calls (a captured tensor
@@ -66,7 +71,7 @@ from .runtime import memory
 from .stats import COUNTERS
 from .storage import Storage
 from .stream import Node, Operand, Stream, stream_of
-from .tensor import Tensor
+from .tensor import Tensor, is_constant
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -180,7 +185,7 @@ class _Recording:
         fresh_form = copy is not None and not stream.nodes and len(self.nodes) < stream.limit
         if fresh_form:
             last = self.direct
-            held = last is not None and last.holds(self.captured, self.pending)
+            held = last is not None and last.holds(self.pending)
             fresh_form = held or list(map(operator.is_, map(_ARRAY, self.captured), _NONES)) == self.pending
         if fresh_form and self.alone:
             run = self._direct(copy, stream, len(call.storages))
@@ -294,7 +299,7 @@ class _DirectRun:
     and the results', ``wanted``), and its kernels' argument arrays (``plan.launches``, at
     its first run)."""
 
-    __slots__ = ("plan", "base", "moving", "wanted", "launched", "arrays", "pending")
+    __slots__ = ("plan", "base", "moving", "wanted", "launched", "watched", "arrays", "pending")
 
     def __init__(self, plan: Any, used: frozenset[int], order: tuple[int, ...], results: set[int],
                  first_captured: int, captured: list[Storage]) -> None:
@@ -309,21 +314,103 @@ class _DirectRun:
                 self.moving.append((k, i))
         self.wanted = sorted({i for _, i in self.moving} | results)
         self.launched: list[Any] = []  # plan.launches, at the first run
-        self.arrays: list[Any] = []  # the captured storages' arrays when they were made
+        self.watched: list[Storage] = []  # the captured storages but scalar constants (which keep their arrays)
+        self.arrays: list[Any] = []  # their arrays when the launches were made
         self.pending: list[bool] | None = None  # the recording's pending pattern then (the very list)
 
-    def holds(self, captured: list[Storage], pending: list[bool]) -> bool:
-        """Do the launches still hold: every captured storage has the array (or the
-        None) it had when they were made, under the pattern the recording still keeps?
-        (Then the addresses in them are right, and the pattern is unchanged: one scan
-        of the captured storages for both.)"""
-        return pending is self.pending and all(map(operator.is_, map(_ARRAY, captured), self.arrays))
+    def holds(self, pending: list[bool]) -> bool:
+        """Do the launches still hold: every captured storage (but the scalar constants)
+        has the array (or the None) it had when they were made, under the pattern the
+        recording still keeps? (Then the addresses in them are right, and the pattern is
+        unchanged: one scan of the captured storages for both.)"""
+        return pending is self.pending and all(map(operator.is_, map(_ARRAY, self.watched), self.arrays))
 
     def launch(self, layouts: list[_Layouts], storages: list[Storage | None], captured: list[Storage],
                pending: list[bool]) -> None:
         self.launched = planmod.launches(self.plan, layouts, storages, frozenset(k for k, _ in self.moving))
-        self.arrays = list(map(_ARRAY, captured))
+        self.watched = [st for st in captured if not is_constant(st)]
+        self.arrays = list(map(_ARRAY, self.watched))
         self.pending = pending
+
+
+class _Fast:
+    """The last direct replay again, for a call of tensors alone: each argument checked
+    against the signature it was recorded with, field by field, where ``_Call`` builds
+    and hashes a key; the storages filled from a list made once, where ``_pool`` walks
+    the pool. Every other condition of a direct replay is asked as ``replay`` asks it;
+    anything that differs (``run`` returns None) takes the usual way, which sees the
+    same state and decides as it always does (a reprobe among them)."""
+
+    __slots__ = ("rec", "direct", "expect", "distinct", "from_args", "fresh", "result")
+
+    def __init__(self, rec: _Recording, direct: _DirectRun, expect: list[tuple[Any, ...]],
+                 from_args: list[tuple[int, int]], fresh: list[tuple[int, tuple[Any, Any, int]]],
+                 result: tuple[bool, int, Layout]) -> None:
+        self.rec, self.direct, self.expect = rec, direct, expect
+        self.distinct = len(expect) > 1  # the signature says which arguments share a storage: here, none
+        self.from_args = from_args  # (rel id, argument)
+        self.fresh = fresh  # (rel id, storage spec)
+        self.result = result  # (from an argument?, which argument or rel id, layout)
+
+    @staticmethod
+    def of(rec: _Recording, direct: _DirectRun, call: _Call) -> _Fast | None:
+        """The lane of ``rec``'s direct run for calls like ``call`` (tensors alone, each
+        its own storage); None where its made tensors, its result's form or aliased
+        arguments ask for the usual way."""
+        n = len(call.storages)
+        kind, body = rec.result
+        if rec.made or kind != "tensor" or not all(len(part) == 9 and part[0] is Tensor for part in call.key):
+            return None
+        pos, lay = body
+        from_args = [(k, i) for k, i in direct.moving if i < n]
+        fresh = [(k, rec.fresh[i - n]) for k, i in direct.moving if i >= n]
+        if pos < n:
+            result = (True, pos, lay)
+        else:
+            at = [k for k, i in direct.moving if i == pos]
+            if len(at) != 1:
+                return None
+            result = (False, at[0], lay)
+        # (dtype, device, layout, pending, read-only) per argument, as the key holds them
+        expect = [(d, dev, Layout(shape, strides, offset), pending, ro)
+                  for _, _, d, dev, shape, strides, offset, pending, ro in call.key]
+        return _Fast(rec, direct, expect, from_args, fresh, result)
+
+    def run(self, args: tuple[Any, ...]) -> Tensor | None:
+        expect = self.expect
+        if len(args) != len(expect):
+            return None
+        rec = self.rec
+        for a, (d, dev, lay, pending, ro) in zip(args, expect):
+            if type(a) is not Tensor:
+                return None
+            st, at = a._storage, a._layout
+            if st.dtype is not d or st.device != dev or (at is not lay and at != lay) \
+                    or (st._array is None) != pending or st.readonly != ro or id(st) in rec.captured_ids:
+                return None
+        if self.distinct and len({id(a._storage) for a in args}) != len(args):
+            return None
+        run = self.direct
+        stream = stream_of(CPU)
+        copy = rec.form_copy
+        if stream.nodes or copy is None or len(rec.nodes) >= stream.limit or not rec.alone or memory.limited() \
+                or rec.direct is not run or not run.holds(rec.pending) \
+                or (rec.direct_runs + 1) % REPROBE == 0:
+            return None
+        found = planmod.stored(copy, rec.live)
+        if found is None or found[0] is not run.plan:
+            return None
+        rec.direct_runs += 1
+        storages = run.base.copy()
+        for k, i in self.from_args:
+            storages[k] = args[i]._storage
+        for k, spec in self.fresh:
+            storages[k] = Storage(*spec)
+        planmod.run_stored(run.plan, run.launched, storages)
+        from_arg, which, layout = self.result
+        out = args[which]._storage if from_arg else storages[which]
+        assert out is not None
+        return Tensor(out, layout)
 
 
 class _Operand:
@@ -383,6 +470,7 @@ class Jitted(Generic[P, R]):
     def __init__(self, fn: Callable[P, R]) -> None:
         self.fn = fn
         self.recordings: dict[tuple[Any, ...], _Recording | None] = {}  # None: traced, not replayable
+        self.fast: _Fast | None = None  # the last direct replay's lane
         self._warned: set[str] = set()
         functools.update_wrapper(self, fn)
 
@@ -391,6 +479,11 @@ class Jitted(Generic[P, R]):
         return self if obj is None else functools.partial(self, obj)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        fast = self.fast
+        if fast is not None and not kwargs:
+            out = fast.run(args)
+            if out is not None:
+                return out  # type: ignore[return-value]
         try:
             call = _Call(args, kwargs)
         except _Unkeyable as err:
@@ -401,7 +494,12 @@ class Jitted(Generic[P, R]):
             return self._trace(call, args, kwargs)
         if rec is None or not rec.captured_ids.isdisjoint(map(id, call.storages)):
             return self.fn(*args, **kwargs)  # not replayable, or an argument is a captured tensor
-        return rec.replay(call, call.stream())
+        direct = rec.direct_runs
+        out = rec.replay(call, call.stream())
+        if rec.direct_runs != direct and rec.direct is not None and (fast is None or fast.rec is not rec) \
+                and not kwargs and len(call.storages) == len(args) == len(call.tensors):
+            self.fast = _Fast.of(rec, rec.direct, call)
+        return out
 
     def _trace(self, call: _Call, args: Any, kwargs: Any) -> R:
         stream = call.stream()
@@ -437,7 +535,7 @@ class Jitted(Generic[P, R]):
         key = call.key
         self.recordings[key] = rec
         for obj in call.objects:  # the recording goes when an object it is keyed by does
-            weakref.finalize(obj, self.recordings.pop, key, None)
+            weakref.finalize(obj, self.recordings.pop, key, None)  # (a fast lane takes tensors alone: not these)
 
     def _say(self, why: str) -> None:
         if why not in self._warned:

@@ -617,6 +617,12 @@ def _contiguous(shape: Shape) -> Layout:
 _CONSTS: dict[tuple[Any, ...], Storage] = {}
 
 
+def is_constant(st: Storage) -> bool:
+    """Is ``st`` one of braze's scalar constants (``_constant``): realised when made,
+    never written, never given another array?"""
+    return st.owner is _CONSTS
+
+
 def _constant(value: Scalar, dtype: DType) -> Tensor:
     """A 0-d realised tensor holding ``value``; shared per (dtype, value) because
     scalars recur in every step of a loop. Internal: never handed to the user to write."""

@@ -222,6 +222,71 @@ def test_a_direct_replay_reads_captured_tensors_where_they_are_now() -> None:
     assert calls[0] == 1
 
 
+def test_the_fast_lane_checks_every_field_of_the_signature() -> None:
+    """Calls of tensors alone that repeat a direct replay take the fast lane, which
+    checks each argument against the signature field by field: any call that differs
+    (dtype, shape, strides, offset, aliasing, read-only, a captured tensor) gives what
+    running the function gives, and a write into a read-only argument is refused."""
+    bias = braze.from_numpy(np.float32([0.5, -1.5, 2.0]))
+    jitted, calls = _counted(lambda x, y: (x * y + bias).exp())
+    rng = np.random.default_rng(11)
+    fused = braze.stream.fusion_enabled()
+
+    def check(x: braze.Tensor, y: braze.Tensor) -> None:
+        want = np.exp(x.numpy().astype(np.float64) * y.numpy() + bias.numpy())
+        np.testing.assert_allclose(jitted(x, y).numpy(), want, rtol=1e-5)
+
+    def fresh(*shape: int) -> braze.Tensor:
+        return braze.from_numpy(rng.standard_normal(shape, dtype=np.float32))
+
+    for _ in range(4):
+        check(fresh(2, 3), fresh(2, 3))
+    assert (jitted.fast is not None) == fused
+    braze.reset_stats()
+    check(fresh(2, 3), fresh(2, 3))
+    if fused:
+        assert braze.stats()["nodes_recorded"] == 0 and braze.stats()["kernel_launches"] == 1
+    a = fresh(4, 3)
+    variants = [
+        (a[:2], a[2:]),  # one storage for both, at two offsets
+        (a[1:3], fresh(2, 3)),  # an offset
+        (fresh(3, 2).T, fresh(2, 3)),  # strides
+        (fresh(2, 3).to(braze.float64), fresh(2, 3)),  # a dtype
+        (fresh(5, 3), fresh(5, 3)),  # a shape
+        (bias.expand(2, 3), fresh(2, 3)),  # a captured tensor as an argument
+    ]
+    for x, y in variants:
+        for _ in range(3):
+            check(x, y)
+            check(fresh(2, 3), fresh(2, 3))  # and back to the lane's own signature
+
+    def bump(x: braze.Tensor, y: braze.Tensor) -> braze.Tensor:
+        x.add_(y)
+        return x * y
+    jitted_bump = braze.jit(bump)
+    for i in range(6):
+        data = rng.standard_normal((2, 3), dtype=np.float32)
+        x, y = braze.from_numpy(data.copy()), braze.from_numpy(data.copy())
+        np.testing.assert_allclose(jitted_bump(x, y).numpy(), 2 * data * data, rtol=1e-6)
+    same = braze.from_numpy(data.copy())  # aliased arguments: the write is read back
+    np.testing.assert_allclose(jitted_bump(same, same).numpy(), 4 * data * data, rtol=1e-6)
+
+    def scale(x: braze.Tensor) -> braze.Tensor:
+        x.mul_(2.0)
+        return x[0]  # a view of the argument
+    jitted_scale = braze.jit(scale)
+    for i in range(5):
+        data = rng.standard_normal((2, 3), dtype=np.float32)
+        x = braze.from_numpy(data.copy())
+        np.testing.assert_array_equal(jitted_scale(x).numpy(), data[0] * 2)
+        np.testing.assert_array_equal(x.numpy(), data * 2)
+    frozen = braze.from_numpy(np.ones((2, 3), dtype=np.float32))
+    frozen._storage.readonly = True
+    with pytest.raises(braze.errors.BrazeError):
+        jitted_scale(frozen)
+    np.testing.assert_array_equal(frozen.numpy(), 1.0)
+
+
 def test_a_read_only_argument_is_its_own_signature() -> None:
     """A write into an argument, traced with a writable tensor, is refused for a
     read-only one (an mmapped weight) as running the function would refuse it."""
