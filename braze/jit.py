@@ -33,11 +33,10 @@ stream):
   nodes rebuilt and flushed. Every ``REPROBE``-th such call records instead, so a
   caller that starts adding work after the call gets it fused with the call's nodes
   again.
-- **Fast lane.** A call whose arguments are tensors alone, which runs the same direct
-  replay as the call before it, is checked against that replay's signature field by
-  field (``_Fast``) instead of building its key, and runs with its storages filled
-  from a list made once: what a tiny shape's call costs in Python is then about a
-  third of its kernel.
+- **Fast lane.** A call whose arguments are tensors and plain values (numbers,
+  strings, dtypes) alone, which runs the same direct replay as the call before it, is
+  checked against that replay's signature field by field (``_Fast``) instead of
+  building its key, and runs with its storages filled from a list made once.
 
 The contract is ``jax.jit``'s: the function's tensors must depend only on its
 arguments, what it captures must not be rebound between calls (a captured tensor
@@ -80,6 +79,7 @@ MAX_SIGNATURES = 256  # per function: past this, new signatures run without repl
 REPROBE = 64  # every this many direct replays, one is recorded to learn whether later work joins it
 _ARRAY = operator.attrgetter("_array")  # a storage's array, None while pending (Storage.array without the property)
 _NONES = itertools.repeat(None)
+_MISS: Any = object()  # not a fast lane's call
 _UNTRACED: Any = object()  # a signature not seen yet (None: traced, not replayable)
 
 #: Keyed by value; any other object by identity.
@@ -123,12 +123,9 @@ class _Call:
             return (type(x), *[self._key(y) for y in x])
         if isinstance(x, slice):  # not hashable before Python 3.12
             return (slice, self._key(x.start), self._key(x.stop), self._key(x.step))
-        if isinstance(x, float):
-            return (type(x), x.hex())  # -0.0 apart from 0.0, and a nan equal to a nan
-        if isinstance(x, (np.generic, complex)):
-            return (type(x), np.asarray(x).tobytes())
-        if isinstance(x, _VALUES):
-            return (type(x), x)
+        value = _value_key(x)
+        if value is not None:
+            return value
         try:
             weakref.ref(x)
         except TypeError:  # no weak reference: keyed by value, kept alive by the key
@@ -139,6 +136,18 @@ class _Call:
             return (type(x), x)
         self.objects.append(x)
         return ("id", id(x))
+
+
+def _value_key(x: Any) -> tuple[Any, ...] | None:
+    """A number's, string's, dtype's or device's part of a call's key (None for anything
+    else): by type and value, floats by their bits."""
+    if isinstance(x, float):
+        return (type(x), x.hex())  # -0.0 apart from 0.0, and a nan equal to a nan
+    if isinstance(x, (np.generic, complex)):
+        return (type(x), np.asarray(x).tobytes())
+    if isinstance(x, _VALUES):
+        return (type(x), x)
+    return None
 
 
 class _Recording:
@@ -334,72 +343,98 @@ class _DirectRun:
 
 
 class _Fast:
-    """The last direct replay again, for a call of tensors alone: each argument checked
-    against the signature it was recorded with, field by field, where ``_Call`` builds
-    and hashes a key; the storages filled from a list made once, where ``_pool`` walks
-    the pool. Every other condition of a direct replay is asked as ``replay`` asks it;
+    """The last direct replay again, for a call of tensors and plain values (numbers,
+    strings, dtypes) alone: each tensor checked against the signature it was recorded
+    with, field by field, and each value by its key, where ``_Call`` builds and hashes
+    a whole key; the storages filled from a list made once, where ``_pool`` walks the
+    pool. Every other condition of a direct replay is asked as ``replay`` asks it;
     anything that differs (``run`` returns None) takes the usual way, which sees the
     same state and decides as it always does (a reprobe among them)."""
 
-    __slots__ = ("rec", "direct", "expect", "distinct", "from_args", "fresh", "result")
+    __slots__ = ("rec", "direct", "expect", "tensors", "from_args", "fresh", "result")
 
-    def __init__(self, rec: _Recording, direct: _DirectRun, expect: list[tuple[Any, ...]],
-                 from_args: list[tuple[int, int]], fresh: list[tuple[int, tuple[Any, Any, int]]],
-                 result: tuple[bool, int, Layout]) -> None:
-        self.rec, self.direct, self.expect = rec, direct, expect
-        self.distinct = len(expect) > 1  # the signature says which arguments share a storage: here, none
+    def __init__(self, rec: _Recording, direct: _DirectRun, expect: list[tuple[Any, ...]], tensors: int,
+                 from_args: list[tuple[int, int]], fresh: list[tuple[int, tuple[Any, Any, int]]], result: Any) -> None:
+        self.rec, self.direct = rec, direct
+        #: per argument: a tensor's (Tensor, dtype, device, layout, pending, read-only), or a value's key
+        self.expect = expect
+        self.tensors = tensors  # how many arguments are tensors (each its own storage)
         self.from_args = from_args  # (rel id, argument)
         self.fresh = fresh  # (rel id, storage spec)
-        self.result = result  # (from an argument?, which argument or rel id, layout)
+        self.result = result  # the recording's result, its tensors placed by argument or rel id
 
     @staticmethod
-    def of(rec: _Recording, direct: _DirectRun, call: _Call) -> _Fast | None:
-        """The lane of ``rec``'s direct run for calls like ``call`` (tensors alone, each
-        its own storage); None where its made tensors, its result's form or aliased
-        arguments ask for the usual way."""
-        n = len(call.storages)
-        kind, body = rec.result
-        if rec.made or kind != "tensor" or not all(len(part) == 9 and part[0] is Tensor for part in call.key):
+    def of(rec: _Recording, direct: _DirectRun, call: _Call, args: tuple[Any, ...]) -> _Fast | None:
+        """The lane of ``rec``'s direct run for calls like ``call`` of ``args`` (tensors,
+        each its own storage, and plain values); None where made tensors, a container or
+        an object among the arguments, or the result's form ask for the usual way."""
+        if rec.made or len(call.key) != len(args) or len(call.storages) != len(call.tensors):
             return None
-        pos, lay = body
-        from_args = [(k, i) for k, i in direct.moving if i < n]
-        fresh = [(k, rec.fresh[i - n]) for k, i in direct.moving if i >= n]
-        if pos < n:
-            result = (True, pos, lay)
-        else:
-            at = [k for k, i in direct.moving if i == pos]
-            if len(at) != 1:
+        at_arg: list[int] = []  # the argument of each storage (and tensor) of the call, in order
+        expect: list[tuple[Any, ...]] = []
+        for j, (a, part) in enumerate(zip(args, call.key)):
+            if type(a) is Tensor:
+                _, _, d, dev, shape, strides, offset, pending, ro = part
+                expect.append((Tensor, d, dev, Layout(shape, strides, offset), pending, ro))
+                at_arg.append(j)
+            elif _value_key(a) == part:
+                expect.append(part)
+            else:
                 return None
-            result = (False, at[0], lay)
-        # (dtype, device, layout, pending, read-only) per argument, as the key holds them
-        expect = [(d, dev, Layout(shape, strides, offset), pending, ro)
-                  for _, _, d, dev, shape, strides, offset, pending, ro in call.key]
-        return _Fast(rec, direct, expect, from_args, fresh, result)
+        n = len(at_arg)
+        moved = {i: k for k, i in direct.moving}
 
-    def run(self, args: tuple[Any, ...]) -> Tensor | None:
+        def place(spec: Any) -> Any:
+            kind, body = spec
+            if kind == "tensor":
+                pos, lay = body
+                if pos < n:
+                    return ("tensor", (True, at_arg[pos], lay))
+                if pos not in moved:
+                    raise _NotReplayable()
+                return ("tensor", (False, moved[pos], lay))
+            if kind == "argument":
+                return ("argument", at_arg[body])
+            if kind == "seq":
+                return ("seq", (body[0], [place(x) for x in body[1]]))
+            return spec
+        try:
+            result = place(rec.result)
+        except _NotReplayable:
+            return None
+        from_args = [(k, at_arg[i]) for k, i in direct.moving if i < n]
+        fresh = [(k, rec.fresh[i - n]) for k, i in direct.moving if i >= n]
+        return _Fast(rec, direct, expect, n, from_args, fresh, result)
+
+    def run(self, args: tuple[Any, ...]) -> Any:
+        """The call's result, or ``_MISS`` where it is not this lane's."""
         expect = self.expect
         if len(args) != len(expect):
-            return None
+            return _MISS
         rec = self.rec
-        for a, (d, dev, lay, pending, ro) in zip(args, expect):
-            if type(a) is not Tensor:
-                return None
-            st, at = a._storage, a._layout
-            if st.dtype is not d or st.device != dev or (at is not lay and at != lay) \
-                    or (st._array is None) != pending or st.readonly != ro or id(st) in rec.captured_ids:
-                return None
-        if self.distinct and len({id(a._storage) for a in args}) != len(args):
-            return None
+        for a, want in zip(args, expect):
+            if type(a) is Tensor:
+                if want[0] is not Tensor:
+                    return _MISS
+                _, d, dev, lay, pending, ro = want
+                st, at = a._storage, a._layout
+                if st.dtype is not d or st.device != dev or (at is not lay and at != lay) \
+                        or (st._array is None) != pending or st.readonly != ro or id(st) in rec.captured_ids:
+                    return _MISS
+            elif want[0] is Tensor or _value_key(a) != want:
+                return _MISS
+        if self.tensors > 1 and len({id(a._storage) for a in args if type(a) is Tensor}) != self.tensors:
+            return _MISS
         run = self.direct
         stream = stream_of(CPU)
         copy = rec.form_copy
         if stream.nodes or copy is None or len(rec.nodes) >= stream.limit or not rec.alone or memory.limited() \
                 or rec.direct is not run or not run.holds(rec.pending) \
                 or (rec.direct_runs + 1) % REPROBE == 0:
-            return None
+            return _MISS
         found = planmod.stored(copy, rec.live)
         if found is None or found[0] is not run.plan:
-            return None
+            return _MISS
         rec.direct_runs += 1
         storages = run.base.copy()
         for k, i in self.from_args:
@@ -407,10 +442,25 @@ class _Fast:
         for k, spec in self.fresh:
             storages[k] = Storage(*spec)
         planmod.run_stored(run.plan, run.launched, storages)
-        from_arg, which, layout = self.result
-        out = args[which]._storage if from_arg else storages[which]
-        assert out is not None
-        return Tensor(out, layout)
+        return _made(self.result, args, storages)
+
+
+def _made(spec: Any, args: tuple[Any, ...], storages: list[Storage | None]) -> Any:
+    """A fast lane's result (``_Fast.of``'s form of ``_rebuild``'s spec) over a run's
+    storages by rel id."""
+    kind, body = spec
+    if kind == "tensor":
+        from_arg, which, layout = body
+        st = args[which]._storage if from_arg else storages[which]
+        assert st is not None
+        return Tensor(st, layout)
+    if kind == "argument":
+        return args[body]
+    if kind == "seq":
+        typ, items = body
+        values = [_made(x, args, storages) for x in items]
+        return typ._make(values) if hasattr(typ, "_make") else typ(values)
+    return body
 
 
 class _Operand:
@@ -482,8 +532,8 @@ class Jitted(Generic[P, R]):
         fast = self.fast
         if fast is not None and not kwargs:
             out = fast.run(args)
-            if out is not None:
-                return out  # type: ignore[return-value]
+            if out is not _MISS:
+                return out
         try:
             call = _Call(args, kwargs)
         except _Unkeyable as err:
@@ -497,8 +547,8 @@ class Jitted(Generic[P, R]):
         direct = rec.direct_runs
         out = rec.replay(call, call.stream())
         if rec.direct_runs != direct and rec.direct is not None and (fast is None or fast.rec is not rec) \
-                and not kwargs and len(call.storages) == len(args) == len(call.tensors):
-            self.fast = _Fast.of(rec, rec.direct, call)
+                and not kwargs:
+            self.fast = _Fast.of(rec, rec.direct, call, args)
         return out
 
     def _trace(self, call: _Call, args: Any, kwargs: Any) -> R:

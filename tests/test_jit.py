@@ -287,6 +287,32 @@ def test_the_fast_lane_checks_every_field_of_the_signature() -> None:
     np.testing.assert_array_equal(frozen.numpy(), 1.0)
 
 
+def test_the_fast_lane_takes_values_and_gives_what_the_function_returns() -> None:
+    """Plain values beside the tensors are checked by their key (a float by its bits,
+    an int apart from a float or a bool), results keep their structure, and a function
+    that returns nothing runs once a call (its in-place write is not done twice)."""
+    jitted, calls = _counted(lambda x, s, n: (x * s, (x - s).abs() + n))
+    rng = np.random.default_rng(12)
+    fused = braze.stream.fusion_enabled()
+    for s, n in [(2.0, 1)] * 5 + [(3.0, 1), (2.0, True), (2.0, 1.0), (-0.0, 1), (0.0, 1), (2.0, 1)] * 3:
+        data = rng.standard_normal((3, 4), dtype=np.float32)
+        got = jitted(braze.from_numpy(data), s, n)
+        assert isinstance(got, tuple) and len(got) == 2
+        np.testing.assert_array_equal(got[0].numpy(), data * s)
+        np.testing.assert_array_equal(np.signbit(got[0].numpy()), np.signbit(data * s))  # -0.0 is not 0.0
+        np.testing.assert_allclose(got[1].numpy(), np.abs(data - s) + n, rtol=1e-6)
+        assert got[1].dtype is braze.float32
+    assert calls[0] == 6 and (jitted.fast is not None) == fused
+
+    def scale(x: braze.Tensor, s: float) -> None:
+        x.mul_(s)
+    jitted_scale = braze.jit(scale)
+    x = braze.from_numpy(np.ones((2, 3), dtype=np.float32))
+    for i in range(8):
+        assert jitted_scale(x, 2.0) is None
+        np.testing.assert_array_equal(x.numpy(), 2.0 ** (i + 1))
+
+
 def test_a_read_only_argument_is_its_own_signature() -> None:
     """A write into an argument, traced with a writable tensor, is refused for a
     read-only one (an mmapped weight) as running the function would refuse it."""
