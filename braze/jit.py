@@ -58,7 +58,7 @@ import itertools
 import operator
 import sys
 import weakref
-from typing import Any, Callable, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Callable, Generic, ParamSpec, Sequence, TypeVar, overload
 
 import numpy as np
 
@@ -361,7 +361,7 @@ class _Fast:
         self.tensors = tensors  # how many arguments are tensors (each its own storage)
         self.from_args = from_args  # (rel id, argument)
         self.fresh = fresh  # (rel id, storage spec)
-        self.result = result  # the recording's result, its tensors placed by argument or rel id
+        self.result = result  # the recording's result spec, its tensors by rel id and its arguments by position
 
     @staticmethod
     def of(rec: _Recording, direct: _DirectRun, call: _Call, args: tuple[Any, ...]) -> _Fast | None:
@@ -385,14 +385,13 @@ class _Fast:
         moved = {i: k for k, i in direct.moving}
 
         def place(spec: Any) -> Any:
+            """``spec`` (``_Pool.spec``'s form) over the run's storages by rel id and the
+            call's arguments, as ``_rebuild`` reads it."""
             kind, body = spec
             if kind == "tensor":
-                pos, lay = body
-                if pos < n:
-                    return ("tensor", (True, at_arg[pos], lay))
-                if pos not in moved:
+                if body[0] not in moved:  # (a view of an argument no kernel touches)
                     raise _NotReplayable()
-                return ("tensor", (False, moved[pos], lay))
+                return ("tensor", (moved[body[0]], body[1]))
             if kind == "argument":
                 return ("argument", at_arg[body])
             if kind == "seq":
@@ -442,25 +441,7 @@ class _Fast:
         for k, spec in self.fresh:
             storages[k] = Storage(*spec)
         planmod.run_stored(run.plan, run.launched, storages)
-        return _made(self.result, args, storages)
-
-
-def _made(spec: Any, args: tuple[Any, ...], storages: list[Storage | None]) -> Any:
-    """A fast lane's result (``_Fast.of``'s form of ``_rebuild``'s spec) over a run's
-    storages by rel id."""
-    kind, body = spec
-    if kind == "tensor":
-        from_arg, which, layout = body
-        st = args[which]._storage if from_arg else storages[which]
-        assert st is not None
-        return Tensor(st, layout)
-    if kind == "argument":
-        return args[body]
-    if kind == "seq":
-        typ, items = body
-        values = [_made(x, args, storages) for x in items]
-        return typ._make(values) if hasattr(typ, "_make") else typ(values)
-    return body
+        return _rebuild(self.result, storages, args)
 
 
 class _Operand:
@@ -492,7 +473,7 @@ def _result_indices(spec: Any) -> set[int]:
     return set()
 
 
-def _rebuild(spec: Any, pool: list[Storage] | dict[int, Storage], tensors: list[Tensor]) -> Any:
+def _rebuild(spec: Any, pool: Sequence[Storage | None] | dict[int, Storage], tensors: Sequence[Any]) -> Any:
     kind, body = spec
     if kind == "tensor":
         i, lay = body
