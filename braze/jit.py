@@ -324,7 +324,9 @@ class _DirectRun:
         self.wanted = sorted({i for _, i in self.moving} | results)
         self.launched: list[Any] = []  # plan.launches, at the first run
         self.watched: list[Storage] = []  # the captured storages but scalar constants (which keep their arrays)
-        self.arrays: list[Any] = []  # their arrays when the launches were made
+        #: weak references to their arrays when the launches were made (None: pending), so
+        #: that an array a storage let go of is freed
+        self.arrays: list[weakref.ref[Any] | None] = []
         self.pending: list[bool] | None = None  # the recording's pending pattern then (the very list)
 
     def holds(self, pending: list[bool]) -> bool:
@@ -332,13 +334,19 @@ class _DirectRun:
         has the array (or the None) it had when they were made, under the pattern the
         recording still keeps? (Then the addresses in them are right, and the pattern is
         unchanged: one scan of the captured storages for both.)"""
-        return pending is self.pending and all(map(operator.is_, map(_ARRAY, self.watched), self.arrays))
+        if pending is not self.pending:
+            return False
+        for st, r in zip(self.watched, self.arrays):
+            a = st._array
+            if (a is not None or r is not None) and (a is None or r is None or r() is not a):
+                return False
+        return True
 
     def launch(self, layouts: list[_Layouts], storages: list[Storage | None], captured: list[Storage],
                pending: list[bool]) -> None:
         self.launched = planmod.launches(self.plan, layouts, storages, frozenset(k for k, _ in self.moving))
         self.watched = [st for st in captured if not is_constant(st)]
-        self.arrays = list(map(_ARRAY, self.watched))
+        self.arrays = [None if a is None else weakref.ref(a) for a in map(_ARRAY, self.watched)]
         self.pending = pending
 
 
@@ -527,7 +535,7 @@ class Jitted(Generic[P, R]):
             return self.fn(*args, **kwargs)  # not replayable, or an argument is a captured tensor
         direct = rec.direct_runs
         out = rec.replay(call, call.stream())
-        if rec.direct_runs != direct and rec.direct is not None and (fast is None or fast.rec is not rec) \
+        if rec.direct_runs != direct and rec.direct is not None and (fast is None or fast.direct is not rec.direct) \
                 and not kwargs:
             self.fast = _Fast.of(rec, rec.direct, call, args)
         return out

@@ -121,6 +121,9 @@ class _Program(tuple[Any, ...]):
     def __hash__(self) -> int:
         return self.hash
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Program, (tuple(self),))  # hashed anew where unpickled (str hashes differ per process)
+
 
 def _touch(program: Any) -> None:
     """A plan of ``program`` ran: it is now the most recently used (a dict keeps

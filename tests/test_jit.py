@@ -568,3 +568,37 @@ def test_sdpa_is_jitted_and_replays_into_one_kernel() -> None:
         want = ((p / p.sum(-1, keepdims=True)) @ vn).reshape(1, 8, 1, 16)
         np.testing.assert_allclose(got, want, atol=2e-6, rtol=0)
     assert len(F.scaled_dot_product_attention.recordings) >= 1
+
+
+def test_the_fast_lane_rearms_after_its_direct_run_is_replaced() -> None:
+    """Once the recording's direct run is rebuilt (its plan evicted, or the plan
+    cache cleared), the lane made for the old one must be replaced, not kept missing."""
+    if not braze.stream.fusion_enabled():
+        pytest.skip("direct replays are fused only")
+    f = braze.jit(lambda x: (x * 2).exp() + 1)
+
+    def call() -> None:
+        f(braze.from_numpy(np.ones(7, dtype=np.float32))).numpy()
+    for _ in range(6):
+        call()
+    braze.plan.clear()  # as an eviction under BRAZE_PLAN_CAP would
+    for _ in range(10):
+        call()
+    (rec,) = f.recordings.values()
+    assert rec is not None and rec.direct is not None
+    assert f.fast is not None and f.fast.direct is rec.direct  # the lane of the run in use
+
+
+def test_a_direct_run_does_not_keep_a_replaced_captured_array_alive() -> None:
+    """A captured tensor given another array: the old one is freed as before
+    (the direct run's launch check must not hold it)."""
+    import gc
+    import weakref
+    w = braze.from_numpy(np.ones(1 << 16, dtype=np.float32))
+    f = braze.jit(lambda x: x * w + 1)
+    for _ in range(6):
+        f(braze.from_numpy(np.ones(1 << 16, dtype=np.float32))).numpy()
+    old = weakref.ref(w._storage.array)
+    w._storage.array = np.full(1 << 16, 2.0, dtype=np.float32)
+    gc.collect()
+    assert old() is None

@@ -468,6 +468,21 @@ def test_an_arrays_address_is_numpys_for_every_kind_of_array() -> None:
         assert memory.address_of(a) == a.ctypes.data
 
 
+def test_a_program_key_is_its_tuple_wherever_it_is_hashed(new_processes: Any) -> None:
+    """``plan._Program`` keeps its hash; equal to, and hashed as, the plain tuple, also
+    unpickled in another process (whose strings hash otherwise)."""
+    import pickle
+    from braze.plan import _Program
+    ops = (("mul", ("float32", "float32")), ("exp", ("float32",)))
+    key = _Program(ops)
+    assert key == ops and hash(key) == hash(ops) and {ops: 1}[key] == 1
+    code = ("import pickle, sys\n"
+            f"key = pickle.loads({pickle.dumps(key)!r})\n"
+            f"print(hash(key) == hash({ops!r}), key == {ops!r}, type(key).__name__)\n")
+    for out in new_processes(code):
+        assert out.split() == ["True", "True", "_Program"]
+
+
 def test_a_warm_cache_in_a_new_process_compiles_and_schedules_nothing(new_processes: Any) -> None:
     code = ("import braze, numpy as np\n"
             "from braze import plan\n"
