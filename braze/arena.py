@@ -24,11 +24,15 @@ def lifetimes(steps: Sequence[Any], nodes: Sequence[Any], key_of: dict[int, int]
     last: dict[int, int] = {}
     produced_here: set[int] = set()
     kernel_out: set[int] = set()
+    # What a pure node writes is new here; a kernel's other outputs are in-place writes
+    # into storages that exist before the plan (an argument written with ``mul_``), which
+    # are never the plan's to place or free, whether Python still reaches them or not.
+    pure = {key_of[id(o.storage)] for node in nodes if not node.op.inplace for o in node.outputs}
     for i, st in enumerate(steps):
         if isinstance(st, KernelStep):
             touched = list(st.args)  # loads and stores
-            produced_here.update(st.outputs)
-            kernel_out.update(st.outputs)
+            produced_here.update(k for k in st.outputs if k in pure)
+            kernel_out.update(k for k in st.outputs if k in pure)
         else:
             node = nodes[st.node]
             outs = [key_of[id(o.storage)] for o in node.outputs]

@@ -439,3 +439,36 @@ def test_random_writes_and_reads(made: bool, steps: list[tuple[int, int, float]]
     got = [g.numpy() for g in _apply(steps, x * 2 if made else x)]
     for i, (g, w) in enumerate(zip(got, want)):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"result {i}")
+
+
+def test_two_groups_that_write_in_place_merged_keep_both_writes() -> None:
+    """The same in-place program twice in one flush, on other tensors: the groups that
+    compute them merge into one kernel, which stores every write (it once kept only
+    the second group's: the first arguments were left as they were)."""
+    def fn(a: Any, b: Any) -> None:
+        a.mul_(2.0)
+        b.add_(b.amax(0) - a)
+    x, y = _x(3, 4, seed=1), _x(3, 4, seed=2)
+    want_a = x * 2
+    want_b = y + (y.max(0) - want_a)
+    pairs = [(braze.tensor(x.copy()), braze.tensor(y.copy())) for _ in range(3)]
+    for a, b in pairs:
+        fn(a, b)
+    for a, b in pairs:
+        np.testing.assert_allclose(a.numpy(), want_a, rtol=1e-6)
+        np.testing.assert_allclose(b.numpy(), want_b, rtol=1e-6)
+
+
+def test_a_tensor_written_in_place_is_never_the_plans_to_place_or_free() -> None:
+    """A given tensor written in place by a kernel, read by a later one and not held
+    by any result: it keeps its own memory (it was placed in the plan's arena, read
+    there before it was written, and freed)."""
+    x = (np.arange(10, dtype=np.float32).reshape(2, 5) / 10)
+    a = braze.tensor(x.copy())
+    t0 = braze.softmax(a - a.amax(0), -1)
+    a.mul_(2.0)
+    t1 = t0.amax(0) - a
+    e = np.exp(x - x.max(0))
+    want = (e / e.sum(-1, keepdims=True)).max(0) - 2 * x
+    np.testing.assert_allclose(t1.numpy(), want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(a.numpy(), 2 * x, rtol=1e-6)

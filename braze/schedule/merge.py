@@ -77,4 +77,5 @@ def merged(a: Group, b: Group) -> Group | None:
     values.update({k: replace(v, expr=ir.mapped(v.expr, leaf)) for k, v in b.values.items()})
     return replace(a, gid=gid, row_shapes={**a.row_shapes, **b.row_shapes}, stages=a.stages + [moved(s) for s in b.stages],
                   values=values, members=a.members + b.members, loads=loads, loaded=a.loaded | b.loaded,
-                  recomputed=a.recomputed | b.recomputed, refs=refs, deps=a.deps | b.deps)
+                  recomputed=a.recomputed | b.recomputed, refs=refs, deps=a.deps | b.deps,
+                  writes={**a.writes, **b.writes})
