@@ -472,3 +472,49 @@ def test_a_tensor_written_in_place_is_never_the_plans_to_place_or_free() -> None
     want = (e / e.sum(-1, keepdims=True)).max(0) - 2 * x
     np.testing.assert_allclose(t1.numpy(), want, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(a.numpy(), 2 * x, rtol=1e-6)
+
+
+def _program(steps: list[tuple[int, int, int, float]], ts: list[Any], softmax: Callable[[Any], Any]) -> list[Any]:
+    """In-place writes of values computed from reductions of given tensors, and reads
+    kept for later, on braze tensors or numpy arrays alike."""
+    kept: list[Any] = []
+    for kind, i, j, c in steps:
+        x, y = ts[i % len(ts)], ts[j % len(ts)]
+        if kind == 0:
+            x *= c
+        elif kind == 1:
+            x += x.max(0) - y if isinstance(x, np.ndarray) else x.amax(0) - y
+        elif kind == 2:
+            x += y.sum(-1, keepdims=True) * c if isinstance(x, np.ndarray) else y.sum(-1, keepdim=True) * c
+        elif kind == 3:
+            kept.append(softmax(x - (x.max(0) if isinstance(x, np.ndarray) else x.amax(0))))
+        elif kind == 4 and kept:
+            kept.append((kept[-1].max(0) if isinstance(x, np.ndarray) else kept[-1].amax(0)) - x)
+        else:
+            x[...] = y * c + 1
+    return kept
+
+
+def _np_softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2), st.integers(0, 2),
+                                st.sampled_from([0.5, -1.5, 2.0])), min_size=1, max_size=6),
+       runs=st.integers(1, 3))
+def test_random_in_place_programs_run_together(steps: list[tuple[int, int, int, float]], runs: int) -> None:
+    """A program of in-place writes and reads over three given tensors, run ``runs``
+    times on other tensors before anything is read (one flush: the copies' groups may
+    fuse and merge), gives numpy's results and leaves numpy's values in every tensor."""
+    arrays = [_x(3, 4, seed=s) for s in range(3)]
+    want_ts = [a.copy() for a in arrays]
+    want = _program(steps, want_ts, _np_softmax)
+    sets = [[braze.tensor(a.copy()) for a in arrays] for _ in range(runs)]
+    got = [_program(steps, ts, lambda v: braze.softmax(v, -1)) for ts in sets]
+    for ts, kept in zip(sets, got):
+        for g, w in zip(kept, want):
+            np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-5)
+        for t, w in zip(ts, want_ts):
+            np.testing.assert_allclose(t.numpy(), w, rtol=1e-5, atol=1e-5)
