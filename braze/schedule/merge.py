@@ -4,7 +4,9 @@ rows' folds) would otherwise join one and make the other store its value and clo
 The groups share no input (a fusion score of 0 kept them apart) and neither reads the
 other (a group reading another's value closes it first), so their stages can run one
 after the other in the same walk over the rows: ``merged`` renumbers the second's
-kernel arguments and accumulators after the first's. An element-wise group takes the
+kernel arguments and accumulators after the first's, and stores both groups' in-place
+writes (neither may write what the other reads or writes: the walk would then order
+them by row, not as recorded). An element-wise group takes the
 other's loop order and row split (its own is free), and two element-wise groups of
 different shapes meet at their common refinement (``reshape.py``)."""
 
@@ -49,6 +51,8 @@ def merged(a: Group, b: Group) -> Group | None:
     gid = a.gid
     if any(g.contract is not None or g.slices or any(isinstance(s, ir.Scan) for s in g.stages) for g in (a, b)):
         return None
+    if any(set(x.writes) & (y.loaded | set(y.writes)) for x, y in ((a, b), (b, a))):
+        return None  # (never met: a write closes the other groups that touch its target)
     pair = _aligned(a, b)
     if pair is None:
         return None
