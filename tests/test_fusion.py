@@ -503,3 +503,18 @@ def test_an_extern_step_reads_the_values_its_placement_meant_to_recompute() -> N
                        (lambda a, b: a.half().float() % b.abs(), x.astype(np.float16).astype(np.float32) % y)):
         got = make(braze.from_numpy(x), braze.from_numpy(y)).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(2, 2, 4, 2), (1, 2, 4, 2), (3, 2, 6, 2)])
+def test_max_indices_over_a_merged_view_of_a_transpose(shape: tuple[int, int, int, int]) -> None:
+    """``max(dim)`` of a transposed tensor reshaped to merge two dims: the kernel reads it
+    with a division, its loop is split (``schedule/split.py``), and the position the
+    fold gives must be the folded dim's (it was the split loop's, silently)."""
+    b, c, d, e = shape
+    a = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    want = a.transpose(0, 2, 1, 3).reshape(b, d, c * e)
+    for dim in range(3):
+        x = braze.tensor(a).transpose(1, 2).reshape(b, d, c * e)
+        values, indices = x.max(dim)
+        np.testing.assert_array_equal(values.numpy(), want.max(dim))
+        np.testing.assert_array_equal(indices.numpy(), want.argmax(dim))

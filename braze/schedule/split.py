@@ -75,7 +75,8 @@ def _split(k: ir.Kernel, c: int, d: int) -> ir.Kernel:
     stages: list[ir.Stage] = []
     for st in k.stages:
         if isinstance(st, ir.Reduce):
-            stages.append(replace(st, expr=expr(st.expr), repair=opt(st.repair)))
+            # (an arg fold's position is a coordinate too: one after c moves with the rest)
+            stages.append(replace(st, expr=expr(st.expr), repair=opt(st.repair), index=opt(st.index)))
         elif isinstance(st, ir.Contract):
             stages.append(replace(st, index=index(st.index), weight=expr(st.weight), v=load(st.v),
                                   post=expr(st.post), repair=opt(st.repair)))
