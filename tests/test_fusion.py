@@ -518,3 +518,27 @@ def test_max_indices_over_a_merged_view_of_a_transpose(shape: tuple[int, int, in
         values, indices = x.max(dim)
         np.testing.assert_array_equal(values.numpy(), want.max(dim))
         np.testing.assert_array_equal(indices.numpy(), want.argmax(dim))
+
+
+def test_a_copy_computed_by_a_closed_group_is_read_from_memory() -> None:
+    """A copy of a value made in the flush is read through to that value where it is
+    read (a view, not a buffer), but not once the group that computed both has closed
+    (a write into a given tensor closes it): that group stored the copy, not always
+    its input (the read through found an unwritten buffer: "storage read before it
+    was computed")."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    a = braze.tensor(x)
+    v = (a * 2).clone()
+    a[0, 0] = 3.0
+    np.testing.assert_array_equal((v + 1).numpy(), x * 2 + 1)
+    np.testing.assert_array_equal(a.numpy(), np.where(np.arange(6).reshape(2, 3) == 0, 3.0, x))
+
+    rows = np.random.default_rng(0).standard_normal((25, 5)).astype(np.float32)
+    a0, a1 = braze.tensor(np.float32([0.5])), braze.tensor(rows)
+    v0 = a0.amin(0)
+    v1 = braze.stack([v0], 0)  # a copy of an intermediate
+    v4 = braze.tril(a1).amax(1)
+    v4[1] = v0  # a write into an intermediate
+    v5 = a0.amin(0, keepdim=True)
+    got = braze.where(v5 <= v1, v5, a1).numpy()
+    np.testing.assert_array_equal(got, np.full((25, 5), 0.5, dtype=np.float32))

@@ -467,7 +467,7 @@ class Scheduler:
             return v.expr
         node = self.nodes[ref[0]]
         layout, dim_map = self.view(node, ref[1], dim_map)
-        made = self.created.get(k)
+        made = self.recomputable(g, k)
         if made is None or node.op.name in GATHERS and ref[1] == 0:
             # a gather adds its index to its source's (cat and pad shift and guard what they read)
             return self.load_at(g, o.storage, affine(layout, dim_map, g.ndim), ref)
@@ -488,6 +488,16 @@ class Scheduler:
         g.recomputed.add(k)
         return expr
 
+    def recomputable(self, g: Group, k: Key) -> recompute.Recompute | None:
+        """How to recompute ``k`` where ``g`` reads it, or None to load it. A value a group
+        computed and that group has closed is loaded: that group stored it (this read
+        counted as one from outside), and what a recompute reads (a copy's input) it may
+        not have stored."""
+        src = self.producer.get(k)
+        if src is not None and src is not g and src not in self.open:
+            return None
+        return self.created.get(k)
+
     def loader(self, g: Group) -> recompute.LoadAt:
         """Loads for a recomputed value read in ``g``: not of what ``g`` computes itself
         (it would read memory the same kernel has yet to write)."""
@@ -504,7 +514,7 @@ class Scheduler:
         gathered from a tensor that exists before the flush (keys through a block
         table) where they lie, at the index's values (``recompute.gathers``)."""
         k = self.key(o.storage)
-        for made in (self.created.get(k), self.gathers.get(k)):  # (a recomputed cast is an Op, not a load)
+        for made in (self.recomputable(g, k), self.gathers.get(k)):  # (a recomputed cast is an Op, not a load)
             e = None if made is None else made(affine(o.layout, dim_map, len(extents)), extents, self.loader(g))
             if isinstance(e, ir.Load):
                 self.readers[k].discard(ref[0])
