@@ -191,7 +191,7 @@ class _Recording:
                 memory.check(nbytes, op)
         copy = self.form_copy
         held = False  # the direct run's launches hold (and so the captured storages' pending ones are as kept)
-        fresh_form = copy is not None and not stream.nodes and len(self.nodes) < stream.limit
+        fresh_form = self.restorable(stream)
         if fresh_form:
             last = self.direct
             held = last is not None and last.holds(self.pending)
@@ -229,6 +229,11 @@ class _Recording:
         if empty:
             self.keep_form(stream, call.storages, nodes, made)
         return result
+
+    def restorable(self, stream: Stream) -> bool:
+        """Can a replay start ``stream`` with the kept form (it is empty, the form is
+        known, the nodes fit), captured storages' pending pattern aside?"""
+        return self.form_copy is not None and not stream.nodes and len(self.nodes) < stream.limit
 
     def _direct(self, copy: Any, stream: Stream, n_args: int) -> _DirectRun | None:
         """The plan to run now instead of recording (``plan.stored``), with what running
@@ -338,7 +343,7 @@ class _DirectRun:
             return False
         for st, r in zip(self.watched, self.arrays):
             a = st._array
-            if (a is not None or r is not None) and (a is None or r is None or r() is not a):
+            if (a is not None) if r is None else (a is None or r() is not a):
                 return False
         return True
 
@@ -376,7 +381,7 @@ class _Fast:
         """The lane of ``rec``'s direct run for calls like ``call`` of ``args`` (tensors,
         each its own storage, and plain values); None where made tensors, a container or
         an object among the arguments, or the result's form ask for the usual way."""
-        if rec.made or len(call.key) != len(args) or len(call.storages) != len(call.tensors):
+        if rec.made or len(call.storages) != len(call.tensors):
             return None
         at_arg: list[int] = []  # the argument of each storage (and tensor) of the call, in order
         expect: list[tuple[Any, ...]] = []
@@ -433,13 +438,10 @@ class _Fast:
         if self.tensors > 1 and len({id(a._storage) for a in args if type(a) is Tensor}) != self.tensors:
             return _MISS
         run = self.direct
-        stream = stream_of(CPU)
-        copy = rec.form_copy
-        if stream.nodes or copy is None or len(rec.nodes) >= stream.limit or not rec.alone or memory.limited() \
-                or rec.direct is not run or not run.holds(rec.pending) \
-                or (rec.direct_runs + 1) % REPROBE == 0:
+        if not rec.restorable(stream_of(CPU)) or not rec.alone or memory.limited() \
+                or rec.direct is not run or not run.holds(rec.pending) or (rec.direct_runs + 1) % REPROBE == 0:
             return _MISS
-        found = planmod.stored(copy, rec.live)
+        found = planmod.stored(rec.form_copy, rec.live)
         if found is None or found[0] is not run.plan:
             return _MISS
         rec.direct_runs += 1

@@ -558,7 +558,7 @@ def _mixed_devices(op: str, tensors: Sequence[Tensor]) -> Device:
     lives on the CPU and goes with a tensor on any device, as PyTorch's CPU scalars do
     (it is realised and never written, so no stream orders it); anything else mixed is
     a ``DeviceMismatch``."""
-    devices = {t.device for t in tensors if t._storage.owner is not _CONSTS}
+    devices = {t.device for t in tensors if not is_constant(t._storage)}
     if len(devices) == 1:
         return devices.pop()
     raise DeviceMismatch(op, [x.device for x in tensors])

@@ -188,7 +188,7 @@ def allocate_at(dtype: np.dtype, numel: int, op: str | None = None) -> tuple[np.
             return adopt(np.empty(numel, dtype=dtype)), 0
         except MemoryError:
             raise OutOfMemory(nbytes, available(), "cpu", op=op) from None
-    view, address = _pooled(_block(nbytes, op), nbytes)
+    view, address = _aligned(_block(nbytes, op), nbytes)
     view = view.view(dtype)
     track(view, nbytes)
     return view, address
@@ -224,19 +224,13 @@ ARENA_ALIGN = 64
 BLOCK_ALIGN = 4096
 
 
-def _aligned(block: np.ndarray, nbytes: int, align: int = BLOCK_ALIGN) -> np.ndarray:
-    """The first ``nbytes`` of ``block`` from its first ``align`` boundary. Slicing
-    gives a view whose base is the block itself (numpy collapses view chains), so the
-    pool's reference count sees every view of it."""
-    shift = -address_of(block) % align
-    return block[shift:shift + nbytes]
-
-
-def _pooled(block: np.ndarray, nbytes: int) -> tuple[np.ndarray, int]:
-    """``_aligned`` of a pool block to ``BLOCK_ALIGN``, and the view's address, from the
-    block's address kept when it was made."""
-    base = _address[id(block)]
-    shift = -base % BLOCK_ALIGN
+def _aligned(block: np.ndarray, nbytes: int, align: int = BLOCK_ALIGN) -> tuple[np.ndarray, int]:
+    """The first ``nbytes`` of ``block`` from its first ``align`` boundary, and their
+    address (a pool block's kept when it was made). Slicing gives a view whose base is
+    the block itself (numpy collapses view chains), so the pool's reference count sees
+    every view of it."""
+    base = _address.get(id(block)) or address_of(block)
+    shift = -base % align
     return block[shift:shift + nbytes], base + shift
 
 
@@ -259,10 +253,9 @@ def arena_at(nbytes: int) -> tuple[np.ndarray, int]:
             raise OutOfMemory(nbytes, available(), "cpu", op="arena") from None
         COUNTERS["allocations"] += 1
         COUNTERS["bytes_allocated"] += base.nbytes
-        view = _aligned(base, nbytes, ARENA_ALIGN)
-        address = address_of(view)
+        view, address = _aligned(base, nbytes, ARENA_ALIGN)
     else:
-        view, address = _pooled(_block(nbytes, "arena"), nbytes)
+        view, address = _aligned(_block(nbytes, "arena"), nbytes)
     # accounted for as long as the run holds the arena
     track(view, nbytes)
     return view, address
