@@ -53,6 +53,7 @@ not kept, and the next call traces again.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import itertools
 import operator
@@ -63,10 +64,11 @@ from typing import Any, Callable, Generic, ParamSpec, Sequence, TypeVar, overloa
 import numpy as np
 
 from . import plan as planmod
+from . import plan_trie
 from .device import CPU, Device
 from .dtypes import DType
 from .layout import Layout
-from .runtime import memory
+from .runtime import lane, memory, threads
 from .stats import COUNTERS
 from .storage import Storage
 from .stream import Node, Operand, Stream, stream_of
@@ -364,10 +366,12 @@ class _Fast:
     anything that differs (``run`` returns None) takes the usual way, which sees the
     same state and decides as it always does (a reprobe among them)."""
 
-    __slots__ = ("rec", "direct", "expect", "tensors", "from_args", "fresh", "result")
+    __slots__ = ("rec", "direct", "expect", "tensors", "from_args", "fresh", "result", "values", "native",
+                 "native_for")
 
     def __init__(self, rec: _Recording, direct: _DirectRun, expect: list[tuple[Any, ...]], tensors: int,
-                 from_args: list[tuple[int, int]], fresh: list[tuple[int, tuple[Any, Any, int]]], result: Any) -> None:
+                 from_args: list[tuple[int, int]], fresh: list[tuple[int, tuple[Any, Any, int]]], result: Any,
+                 values: list[Any]) -> None:
         self.rec, self.direct = rec, direct
         #: per argument: a tensor's (Tensor, dtype, device, layout, pending, read-only), or a value's key
         self.expect = expect
@@ -375,6 +379,9 @@ class _Fast:
         self.from_args = from_args  # (rel id, argument)
         self.fresh = fresh  # (rel id, storage spec)
         self.result = result  # the recording's result spec, its tensors by rel id and its arguments by position
+        self.values = values  # the arguments that are values, as the lane was made from (None for tensors)
+        self.native: Any = None  # the same checks and run in C (runtime/lane.py), where it can take them
+        self.native_for: Any = None  # the direct run's launches it was armed for
 
     @staticmethod
     def of(rec: _Recording, direct: _DirectRun, call: _Call, args: tuple[Any, ...]) -> _Fast | None:
@@ -416,10 +423,18 @@ class _Fast:
             return None
         from_args = [(k, at_arg[i]) for k, i in direct.moving if i < n]
         fresh = [(k, rec.fresh[i - n]) for k, i in direct.moving if i >= n]
-        return _Fast(rec, direct, expect, n, from_args, fresh, result)
+        fast = _Fast(rec, direct, expect, n, from_args, fresh, result,
+                     [None if type(a) is Tensor else a for a in args])
+        fast.arm()
+        return fast
 
     def run(self, args: tuple[Any, ...]) -> Any:
         """The call's result, or ``_MISS`` where it is not this lane's."""
+        native = self.native
+        if native is not None:
+            out = native(args)
+            if out is not _MISS:
+                return out
         expect = self.expect
         if len(args) != len(expect):
             return _MISS
@@ -451,7 +466,86 @@ class _Fast:
         for k, spec in self.fresh:
             storages[k] = Storage(*spec)
         planmod.run_stored(run.plan, run.launched, storages)
+        if native is not None or self.native_for is not run.launched:
+            self.arm()  # the C lane missed a call this one took (a kernel swapped), or the launches are new
         return _rebuild(self.result, storages, args)
+
+    def arm(self) -> None:
+        """Make the C lane (``runtime/lane.py``) of this lane's direct run as it stands:
+        the same checks, each argument's and each attribute of braze's objects that the
+        Python lane reads (``lane_guards``), and the same run, where the plan is one the C
+        lane can run alone (its kernels, no arena, no extern step, no pending captured
+        tensor) and the values are of types it compares."""
+        run, rec = self.direct, self.rec
+        self.native, self.native_for = None, run.launched
+        plan = run.plan
+        copy = rec.form_copy
+        if not run.launched or copy is None or copy.path[-1] is None or rec.direct is not run \
+                or plan.offsets or any(plan.release) or any(plan.bind) or not lane.available():
+            return
+        if any(not isinstance(s, planmod.CompiledKernel) or s.err is not None for s in plan.steps) \
+                or any(r is None for r in run.arrays) or any(spec[1] != CPU for _, spec in self.fresh):
+            return
+        expect: list[tuple[Any, ...]] = []
+        for want, value in zip(self.expect, self.values):
+            if want[0] is Tensor:
+                if want[4]:  # a pending argument
+                    return
+                expect.append((True, want[1], want[2], want[3], False, want[5]))
+            elif type(value) in _NATIVE_VALUES:
+                expect.append((False, value))
+            else:
+                return
+        arg_slots = [-1] * len(self.expect)
+        for k, i in self.from_args:
+            if arg_slots[i] != -1:
+                return
+            arg_slots[i] = k
+        kind, body = self.result
+        steps = tuple((ctypes.cast(s.fn, ctypes.c_void_p).value, l.fixed.tobytes(), l.moving)
+                      for s, l in zip(plan.steps, run.launched) if l is not None)
+        if len(steps) != len(plan.steps):
+            return
+        stream = stream_of(CPU)
+        self.native = lane.make((
+            _MISS, Tensor, rec.captured_ids, rec, REPROBE, COUNTERS, planmod._shapes, plan.program,
+            threads, Storage, memory.allocate_at, _rebuild, self.result,
+            body[0] if kind == "tensor" else -1, body[1] if kind == "tensor" else None,
+            tuple(expect), lane_guards(rec, run, stream, copy), len(run.base), tuple(arg_slots),
+            tuple((k, spec, (spec[0].np, spec[2], "kernel")) for k, spec in self.fresh), steps))
+
+
+def lane_guards(rec: _Recording, run: _DirectRun, stream: Stream, copy: Any) -> tuple[tuple[Any, ...], ...]:
+    """What ``_Fast.run`` asks of braze's state, as the C lane's guards: attributes that
+    must still be what they are now. The stream empty and the same, the recording
+    flushed alone, its kept form, liveness, pending pattern and direct run unchanged, no
+    memory budget, the launches and every captured array (by weak reference) the ones
+    the launches were made with, the plan still the stored one (``plan.stored``: no
+    capture watching, the trie not reset, its node not evicted), each kernel not swapped."""
+    last = copy.path[-1]
+    guards: list[tuple[Any, ...]] = [
+        (lane.G_ITEM, sys.modules[Stream.__module__], "_by_device", stream, CPU),
+        (lane.G_FALSY, stream, "nodes", None, None),
+        (lane.G_GT, stream, "limit", len(rec.nodes), None),
+        (lane.G_IS, rec, "form_copy", copy, None),
+        (lane.G_IS, rec, "live", rec.live, None),
+        (lane.G_IS, rec, "alone", True, None),
+        (lane.G_IS, rec, "direct", run, None),
+        (lane.G_IS, rec, "pending", run.pending, None),
+        (lane.G_IS, memory, "_limit", None, None),
+        (lane.G_IS, run, "launched", run.launched, None),
+        (lane.G_FALSY, planmod, "observers", None, None),
+        (lane.G_IS, plan_trie, "root", copy.root, None),
+        (lane.G_FALSY, last, "dead", None, None),
+        (lane.G_ITEM, last, "plans", run.plan, rec.live),
+    ]
+    guards += [(lane.G_WEAK, st, "_array", r, None) for st, r in zip(run.watched, run.arrays)]
+    guards += [(lane.G_IS, s, "fn", s.fn, None) for s in run.plan.steps]
+    return tuple(guards)
+
+
+#: the value types the C lane compares (by exact type and ==, floats by their bits)
+_NATIVE_VALUES = frozenset({int, float, bool, str, type(None), DType, Device})
 
 
 class _Operand:

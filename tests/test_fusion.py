@@ -542,3 +542,38 @@ def test_a_copy_computed_by_a_closed_group_is_read_from_memory() -> None:
     v5 = a0.amin(0, keepdim=True)
     got = braze.where(v5 <= v1, v5, a1).numpy()
     np.testing.assert_array_equal(got, np.full((25, 5), 0.5, dtype=np.float32))
+
+
+def test_an_element_wise_kernel_of_few_rows_is_cut_among_the_threads() -> None:
+    """A 1-d tensor, or a few rows, used to run on one thread however long: such a
+    kernel now cuts its rows into parts when it runs (a generic kernel of later shapes
+    keeps whole rows), and a part's result is the whole's (element-wise: bit for bit
+    at any thread count). A loop forks a team only for work worth it: an add at 32768
+    elements, an exp-heavy expression much sooner."""
+    from braze.codegen import c
+
+    rng = np.random.default_rng(5)
+    old = braze.get_num_threads()
+    try:
+        for shape in [(50000,), (3, 5000), (1, 64, 300), (5,), (2, 3)]:
+            a = rng.standard_normal(shape).astype(np.float32)
+            got = []
+            for nt in (1, 2, 3):
+                braze.set_num_threads(nt)
+                got.append(((braze.from_numpy(a) * 2.0).exp() + 1.0).numpy())
+            np.testing.assert_allclose(got[0], np.exp(a * 2.0) + 1.0, rtol=1e-6)
+            for g in got[1:]:
+                np.testing.assert_array_equal(g, got[0])
+    finally:
+        braze.set_num_threads(old)
+    plan.clear()
+    x = braze.from_numpy(rng.standard_normal((3, 5000)).astype(np.float32))
+    (x + x).numpy()
+    ((x * 2.0).exp() + 1.0).numpy()
+    braze.softmax(x, -1).numpy()
+    kernels = [s.step.kernel for p in plan.stored_plans() for s in p.steps if isinstance(s, plan.CompiledKernel)]
+    by_work = sorted(kernels, key=c.parallel_min)
+    assert c.parallel_min(by_work[-1]) == 32768  # the add: 2 loads, an op, a store
+    assert c.parallel_min(by_work[0]) < 32768 // 4  # an exp counts as several
+    sources = [c.kernel_source(k, "k") for k in kernels]
+    assert sum("parts" in src for src in sources) == 2  # the element-wise ones, not the softmax

@@ -602,3 +602,98 @@ def test_a_direct_run_does_not_keep_a_replaced_captured_array_alive() -> None:
     w._storage.array = np.full(1 << 16, 2.0, dtype=np.float32)
     gc.collect()
     assert old() is None
+
+
+def test_the_c_lane_takes_a_direct_replay_and_steps_aside_for_any_change(monkeypatch: Any) -> None:
+    """The fast lane's C guard-and-run (runtime/lane.c) takes the calls the Python lane
+    takes, with the same result and counters; any state it was built in that changes (a
+    pending stream, a memory budget, the plan cache cleared, a kernel swapped, a value's
+    bits) makes it step aside, and the call still gives what the function gives."""
+    import ctypes
+    import sysconfig
+    from pathlib import Path
+
+    from braze.jit import _MISS
+    from braze.runtime import lane
+    if not braze.stream.fusion_enabled():
+        pytest.skip("direct replays are fused only")
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        pytest.skip("no Python headers: jit keeps its Python lane")
+    assert lane.available()
+    f = braze.jit(lambda x, s: (x * s).exp() + s)
+    rng = np.random.default_rng(21)
+    data = rng.standard_normal((4, 5), dtype=np.float32)
+    x = braze.from_numpy(data)
+
+    def want(s: float) -> np.ndarray:
+        return np.exp(data * np.float32(s)) + np.float32(s)
+    for _ in range(4):
+        f(x, 0.5).numpy()
+    fast = f.fast
+    assert fast is not None and fast.native is not None
+    taken: list[bool] = []
+    real = fast.native
+
+    def watched(args: tuple[Any, ...]) -> Any:
+        out = real(args)
+        taken.append(out is not _MISS)
+        return out
+    fast.native = watched
+
+    def call(s: float = 0.5) -> None:
+        np.testing.assert_allclose(f(x, s).numpy(), want(s), rtol=1e-6)
+
+    (rec,) = [r for r in f.recordings.values() if r is not None]
+    rec.direct_runs = 0  # (no reprobe among the next calls)
+    braze.reset_stats()
+    call()
+    assert taken == [True]
+    stats = braze.stats()
+    assert stats["nodes_recorded"] == 0 and stats["kernel_launches"] == 1 and stats["flushes"] == 1
+
+    taken.clear()
+    pending = x * 3.0  # the stream holds a node: the call must join it, not run alone
+    call()
+    np.testing.assert_allclose(pending.numpy(), data * 3, rtol=1e-6)
+    braze.set_memory_limit(1 << 30)
+    try:
+        call()
+    finally:
+        braze.set_memory_limit(None)
+    call(-0.0)  # another value by its bits: another signature
+    assert taken[:3] == [False, False, False]
+
+    for _ in range(3):
+        call()
+    taken.clear()
+    step = f.fast.direct.plan.steps[0]
+    kernel = step.fn
+    # the same kernel through another function object, as a whole module's swaps it in (runtime/units.py)
+    step.fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(ctypes.cast(kernel, ctypes.c_void_p).value)
+    call()
+    assert taken == [False]  # its Python lane ran it, and armed the C lane anew
+    assert f.fast.native is not watched and f.fast.native is not None
+    call()
+
+    braze.plan.clear()
+    for _ in range(6):
+        call()
+    assert f.fast is not None and f.fast.native is not None and f.fast.direct is rec.direct
+
+
+def test_the_c_lane_is_not_made_where_it_cannot_take_the_call(monkeypatch: Any) -> None:
+    """Without the C lane (no compiler or headers) jit keeps its Python lane, which
+    gives the same results."""
+    from braze.runtime import lane
+    if not braze.stream.fusion_enabled():
+        pytest.skip("direct replays are fused only")
+    monkeypatch.setattr(lane, "available", lambda: False)
+    f = braze.jit(lambda x, s: (x * s).exp() + s)
+    data = np.random.default_rng(22).standard_normal((4, 5), dtype=np.float32)
+    for _ in range(6):
+        np.testing.assert_allclose(f(braze.from_numpy(data), 0.25).numpy(), np.exp(data * 0.25) + 0.25, rtol=1e-6)
+    assert f.fast is not None and f.fast.native is None
+    g = braze.jit(lambda x, n: x * float(len(n)))  # a value of a type the C lane does not compare
+    monkeypatch.undo()
+    for _ in range(6):
+        np.testing.assert_allclose(g(braze.from_numpy(data), (1, 2)).numpy(), data * 2, rtol=1e-6)

@@ -23,6 +23,28 @@ from .headers import header
 from .loops import is_float_minmax, passes, scans
 
 COLUMN_BLOCK = 256
+PARTS_ROWS = 16  # an element-wise kernel of fewer rows (and not generic) cuts them into parts
+
+# A team's fork and join cost ~1 us here (bench/RESULTS.md, fifteenth session): a loop
+# goes parallel once its work is worth several of them. The work of an element is its
+# loads, stores and ops, a transcendental or a division counted as several (an expf is
+# ~8 adds' time). An add's 4 units reach the bar at 32768 elements, as before; the
+# custom-erf GELU's ~50 at ~2600, and 4096 is the floor (16 KiB of floats).
+_PARALLEL_WORK = 131072
+_PARALLEL_FLOOR = 4096
+_OP_WORK = {**dict.fromkeys(("exp", "log", "sin", "cos", "tanh", "sigmoid", "erf", "gelu", "gelu_tanh", "silu", "pow"), 8),
+            **dict.fromkeys(("div", "sqrt", "rsqrt", "reciprocal"), 4)}
+
+
+def parallel_min(k: ir.Kernel) -> int:
+    """How many elements a kernel's parallel loop needs before it forks a team."""
+    work = 0
+    for s in k.stages:
+        work += isinstance(s, (ir.Store, ir.StoreRow))
+        for e in ir.stage_exprs(s):
+            for n in ir.walk(e):
+                work += _OP_WORK.get(n.name, 1) if isinstance(n, ir.Op) else isinstance(n, ir.Load)
+    return max(_PARALLEL_FLOOR, _PARALLEL_WORK // max(work, 1))
 
 
 def _column_reduction(k: ir.Kernel) -> bool:
@@ -167,16 +189,37 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows | ir.TopK, name: str, siz
     assert SCATTER_PREPASS is not None, "braze.codegen.scatter registers its renderer when imported"
     lines += SCATTER_PREPASS(k, hoisted)
     total = rows * max(row_len, 1)
-    parallel = f"num_threads(nthreads) if(nthreads > 1 && {total} > 32768)"
+    parallel = f"num_threads(nthreads) if(nthreads > 1 && {total} > {parallel_min(k)})"
     # Not when the last pass stashes values in the output: that wrote its lines into
     # the cache already, and streaming over them gains nothing (softmax: 1.40x slower).
     streamed = (c_stream.streams(k) if stream is None else stream and c_stream.may_stream(k)) and not _stashes(k, passes(k))
+    # Element stores alone over a few rows, fewer than a team can share evenly (a 1-d
+    # tensor, (64, 256) whose rows are shorter than fuse.ROW_MIN, (3, 4096)): rows cut
+    # into parts when it runs, each a slice of the first inner loop. Not in a generic
+    # kernel (rows a Size): the same cut there costs short rows (16 * 16 * 64 of 64)
+    # 17% at 1 thread (gcc spills the loop's constants), and its text must not depend
+    # on the rows.
+    parts = not streamed and bool(k.inner) and type(rows) is int and rows < PARTS_ROWS \
+        and all(type(s) is ir.Store and not s.at for s in k.stages)
+    if parts:
+        lines += ["    int64_t parts = 1;  /* rows * parts a multiple of the team */",
+                  f"    if (nthreads > 1 && {total} > {parallel_min(k)}) {{",
+                  f"        int64_t a = {rows}, b = nthreads;",
+                  "        while (b) { const int64_t t = a % b; a = b; b = t; }",
+                  "        parts = nthreads / a;",
+                  "    }"]
     if streamed:  # each thread fences its streamed stores before the region's barrier
         lines += [f"    #pragma omp parallel {parallel}", "    {", "    #pragma omp for schedule(static) nowait"]
     else:
         lines.append(f"    #pragma omp parallel for {parallel} schedule(static)")
-    lines.append(f"    for (int64_t row = 0; row < {rows}; row++) {{")
-    lines += _row_source(k, hoisted, "        ", streamed)
+    if parts:
+        n = k.inner[0]
+        lines += [f"    for (int64_t chunk = 0; chunk < {rows} * parts; chunk++) {{",
+                  "        const int64_t row = chunk / parts, part = chunk % parts;",
+                  f"        const int64_t lo = {n} * part / parts, hi = {n} * (part + 1) / parts;"]
+    else:
+        lines.append(f"    for (int64_t row = 0; row < {rows}; row++) {{")
+    lines += _row_source(k, hoisted, "        ", streamed, parts)
     lines.append("    }")
     if streamed:
         lines += ["    braze_sfence();", "    }"]
@@ -184,10 +227,12 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows | ir.TopK, name: str, siz
     return "\n".join(lines)
 
 
-def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, streamed: bool) -> list[str]:
+def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, streamed: bool,
+                parts: bool = False) -> list[str]:
     """The body of one row of a kernel (``row`` in scope): its outer coordinates, the
     passes of its reductions, its row and element stores. Shared by the kernel's
-    parallel loop and a quantized matmul's prologue (one row of x at a time)."""
+    parallel loop and a quantized matmul's prologue (one row of x at a time). ``parts``:
+    the row is cut into ``parts`` (``part`` in scope), a slice of the first inner loop each."""
     n_out, n_in = len(k.outer), len(k.inner)
     coords = [f"o{i}" for i in range(n_out)] + [f"i{i}" for i in range(n_in)]
     levels = passes(k)
@@ -202,7 +247,10 @@ def _row_source(k: ir.Kernel, hoisted: dict[ir.Expr, str], body_indent: str, str
         for j, size in enumerate(k.inner):
             if j == n_in - 1:
                 out.append(f"{ind}#pragma omp simd{reduction}")
-            out.append(f"{ind}for (int64_t i{j} = 0; i{j} < {size}; i{j}++) {{")
+            if j == 0 and parts:  # this row's part of it
+                out.append(f"{ind}for (int64_t i0 = lo; i0 < hi; i0++) {{")
+            else:
+                out.append(f"{ind}for (int64_t i{j} = 0; i{j} < {size}; i{j}++) {{")
             ind += "    "
         out += [ind + b for b in body]
         for j in range(n_in):

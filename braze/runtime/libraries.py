@@ -1,7 +1,7 @@
 """Machine-wide libraries: C every plan links against, compiled once per machine.
 
 Today these are the quantized matmul's libraries, one per quant type
-(``codegen/qlib.py``). They live in ``cpu.runtime_dir()``, not in the kernel cache, under
+(``codegen/qlib.py``); ``main`` also builds jit's C lane (``runtime/lane.py``). They live in ``cpu.runtime_dir()``, not in the kernel cache, under
 the same key as any cached object (source, compiler, flags, CPU, braze version). ``make
 install`` builds every type's (``python -m braze.runtime.libraries``, the types in
 parallel); a process that needs one that is missing (a machine that skipped the install
@@ -20,7 +20,7 @@ from typing import Sequence
 
 from ..codegen import qlib
 from ..errors import CompileError
-from . import cpu
+from . import cpu, lane
 from .threads import _allowed_cpus
 
 __all__ = ["needed", "sources", "load", "build_all", "main"]
@@ -67,3 +67,4 @@ def main() -> None:
     built = build_all(len(_allowed_cpus()))
     print(f"braze: machine-wide libraries in {cpu.runtime_dir()}: built {len(built)} "
           f"({', '.join(built) or 'all were there'})", file=sys.stderr)
+    lane.available()  # jit's C lane, a Python extension built the same way

@@ -136,10 +136,18 @@ def _pool_cap() -> int:
 
 
 def size_class(nbytes: int) -> int:
-    """Round up to a power of two, then to quarters of it: at most 25% slack."""
-    top = 1 << (nbytes - 1).bit_length()
-    quarter = top // 8
-    return -(-nbytes // quarter) * quarter if quarter else top
+    """Round up to a multiple of an eighth of the next power of two: at most 25% slack."""
+    size = _classes.get(nbytes)
+    if size is None:
+        top = 1 << (nbytes - 1).bit_length()
+        quarter = top // 8
+        size = -(-nbytes // quarter) * quarter if quarter else top
+        if len(_classes) < 4096:  # (the sizes a program allocates recur: a few dozen)
+            _classes[nbytes] = size
+    return size
+
+
+_classes: dict[int, int] = {}
 
 
 def _take(size: int) -> np.ndarray | None:
@@ -179,15 +187,22 @@ def allocate(dtype: np.dtype, numel: int, op: str | None = None) -> np.ndarray:
 
 def allocate_at(dtype: np.dtype, numel: int, op: str | None = None) -> tuple[np.ndarray, int]:
     """``allocate``'s array and the address of its first element (0 where not known
-    without asking numpy: a small array), for ``Storage.bind``."""
-    dtype = np.dtype(dtype)
+    without asking numpy: a small array), for ``Storage.bind``. Every kernel output of
+    every flush comes through here: each step is spelled out, ~1 us in all."""
+    if type(dtype) is not np.dtype:
+        dtype = np.dtype(dtype)
     nbytes = numel * dtype.itemsize
-    check(nbytes, op)
+    if _limit is not None or nbytes > (_machine or machine_bytes()):
+        check(nbytes, op)
     if nbytes < _POOL_MIN:
         try:
-            return adopt(np.empty(numel, dtype=dtype)), 0
+            array = np.empty(numel, dtype=dtype)
         except MemoryError:
             raise OutOfMemory(nbytes, available(), "cpu", op=op) from None
+        COUNTERS["allocations"] += 1
+        COUNTERS["bytes_allocated"] += nbytes
+        track(array, nbytes)
+        return array, 0
     view, address = _aligned(_block(nbytes, op), nbytes)
     view = view.view(dtype)
     track(view, nbytes)
