@@ -547,8 +547,8 @@ def test_a_copy_computed_by_a_closed_group_is_read_from_memory() -> None:
 def test_an_element_wise_kernel_of_few_rows_is_cut_among_the_threads() -> None:
     """A 1-d tensor, or a few rows, used to run on one thread however long: such a
     kernel now cuts its rows into parts when it runs (a generic kernel of later shapes
-    keeps whole rows), and a part's result is the whole's (element-wise: bit for bit
-    at any thread count). A loop forks a team only for work worth it: an add at 32768
+    too), and a part's result is the whole's (element-wise: bit for bit at any thread
+    count). A loop forks a team only for work worth it: an add at 32768
     elements, an exp-heavy expression much sooner."""
     from braze.codegen import c
 
@@ -567,7 +567,7 @@ def test_an_element_wise_kernel_of_few_rows_is_cut_among_the_threads() -> None:
     finally:
         braze.set_num_threads(old)
     plan.clear()
-    x = braze.from_numpy(rng.standard_normal((3, 5000)).astype(np.float32))
+    x = braze.from_numpy(rng.standard_normal((3, 20000)).astype(np.float32))
     (x + x).numpy()
     ((x * 2.0).exp() + 1.0).numpy()
     braze.softmax(x, -1).numpy()
@@ -577,3 +577,7 @@ def test_an_element_wise_kernel_of_few_rows_is_cut_among_the_threads() -> None:
     assert c.parallel_min(by_work[0]) < 32768 // 4  # an exp counts as several
     sources = [c.kernel_source(k, "k") for k in kernels]
     assert sum("parts" in src for src in sources) == 2  # the element-wise ones, not the softmax
+    y = braze.from_numpy(rng.standard_normal((3, 100)).astype(np.float32))
+    plan.clear()
+    (y + y).numpy()  # too small to fork ever: no second loop nest to compile
+    assert not any("parts" in c.kernel_source(s.step.kernel, "k") for p in plan.stored_plans() for s in p.steps)

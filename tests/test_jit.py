@@ -680,6 +680,15 @@ def test_the_c_lane_takes_a_direct_replay_and_steps_aside_for_any_change(monkeyp
         call()
     assert f.fast is not None and f.fast.native is not None and f.fast.direct is rec.direct
 
+    nan, other_nan = float("nan"), -float("nan")  # one value to jit's key (float.hex), whatever the bits
+    for _ in range(5):
+        assert np.isnan(f(x, nan).numpy()).all()
+    fast = f.fast
+    assert fast is not None and fast.native is not None
+    native = fast.native
+    got = native((x, other_nan))
+    assert got is not _MISS and np.isnan(got.numpy()).all()
+
 
 def test_the_c_lane_is_not_made_where_it_cannot_take_the_call(monkeypatch: Any) -> None:
     """Without the C lane (no compiler or headers) jit keeps its Python lane, which

@@ -23,7 +23,7 @@ from .headers import header
 from .loops import is_float_minmax, passes, scans
 
 COLUMN_BLOCK = 256
-PARTS_ROWS = 16  # an element-wise kernel of fewer rows (and not generic) cuts them into parts
+PARTS_ROWS = 16  # an element-wise kernel of fewer rows a thread (or a generic one) may cut them into parts
 
 # A team's fork and join cost ~1 us here (bench/RESULTS.md, fifteenth session): a loop
 # goes parallel once its work is worth several of them. The work of an element is its
@@ -195,34 +195,39 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows | ir.TopK, name: str, siz
     streamed = (c_stream.streams(k) if stream is None else stream and c_stream.may_stream(k)) and not _stashes(k, passes(k))
     # Element stores alone over a few rows, fewer than a team can share evenly (a 1-d
     # tensor, (64, 256) whose rows are shorter than fuse.ROW_MIN, (3, 4096)): rows cut
-    # into parts when it runs, each a slice of the first inner loop. Not in a generic
-    # kernel (rows a Size): the same cut there costs short rows (16 * 16 * 64 of 64)
-    # 17% at 1 thread (gcc spills the loop's constants), and its text must not depend
-    # on the rows.
-    parts = not streamed and bool(k.inner) and type(rows) is int and rows < PARTS_ROWS \
-        and all(type(s) is ir.Store and not s.at for s in k.stages)
-    if parts:
+    # into parts when it runs, each a slice of the first inner loop, in a loop nest of
+    # its own beside the whole rows' (a generic kernel holds both: its text must not
+    # depend on its rows). One nest for both would cost short rows (16 * 16 * 64 of 64)
+    # 17% at 1 thread: gcc spills the loop's constants once its bounds are a slice's.
+    cut = not streamed and bool(k.inner) and (type(rows) is not int or rows < PARTS_ROWS) \
+        and not (type(total) is int and total <= parallel_min(k)) \
+        and all(type(s) is ir.Store and not s.at for s in k.stages)  # (a decoding step's never forks: no nest)
+    if cut:
+        n = k.inner[0]
         lines += ["    int64_t parts = 1;  /* rows * parts a multiple of the team */",
-                  f"    if (nthreads > 1 && {total} > {parallel_min(k)}) {{",
+                  f"    if (nthreads > 1 && {total} > {parallel_min(k)} && {rows} < {PARTS_ROWS} * nthreads) {{",
                   f"        int64_t a = {rows}, b = nthreads;",
                   "        while (b) { const int64_t t = a % b; a = b; b = t; }",
                   "        parts = nthreads / a;",
-                  "    }"]
+                  "    }",
+                  "    if (parts > 1) {",
+                  "    #pragma omp parallel for num_threads(nthreads) schedule(static)",
+                  f"    for (int64_t chunk = 0; chunk < {rows} * parts; chunk++) {{",
+                  "        const int64_t row = chunk / parts, part = chunk % parts;",
+                  f"        const int64_t lo = {n} * part / parts, hi = {n} * (part + 1) / parts;"]
+        lines += _row_source(k, hoisted, "        ", False, True)
+        lines += ["    }", "    } else {"]
     if streamed:  # each thread fences its streamed stores before the region's barrier
         lines += [f"    #pragma omp parallel {parallel}", "    {", "    #pragma omp for schedule(static) nowait"]
     else:
         lines.append(f"    #pragma omp parallel for {parallel} schedule(static)")
-    if parts:
-        n = k.inner[0]
-        lines += [f"    for (int64_t chunk = 0; chunk < {rows} * parts; chunk++) {{",
-                  "        const int64_t row = chunk / parts, part = chunk % parts;",
-                  f"        const int64_t lo = {n} * part / parts, hi = {n} * (part + 1) / parts;"]
-    else:
-        lines.append(f"    for (int64_t row = 0; row < {rows}; row++) {{")
-    lines += _row_source(k, hoisted, "        ", streamed, parts)
+    lines.append(f"    for (int64_t row = 0; row < {rows}; row++) {{")
+    lines += _row_source(k, hoisted, "        ", streamed)
     lines.append("    }")
     if streamed:
         lines += ["    braze_sfence();", "    }"]
+    if cut:
+        lines.append("    }")
     lines.append("}")
     return "\n".join(lines)
 

@@ -128,10 +128,12 @@ static PyObject *tuple_of(PyObject *t, Py_ssize_t least, Py_ssize_t most, const 
    steps:  (fn address, fixed bytes, ((at, slot, shift), ...)) */
 static int lane_init(Lane *self, PyObject *args, PyObject *kw) {
     PyObject *spec;
+    if (self->spec) { /* a call may be running its kernels on another thread: never torn down */
+        PyErr_SetString(PyExc_TypeError, "lane: a Lane is initialised once");
+        return -1;
+    }
     if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &spec)) return -1;
     if (!tuple_of(spec, 21, 21, "spec")) return -1;
-    lane_free_parts(self);
-    Py_XDECREF(self->spec);
     Py_INCREF(spec);
     self->spec = spec;
     self->miss = ITEM(spec, 0);
@@ -278,6 +280,20 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kw) {
     return PyErr_Occurred() ? -1 : 0;
 }
 
+/* what a weak reference points to (a new reference), or NULL once it is dead */
+static PyObject *weak_target(PyObject *ref) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *target = NULL;
+    if (PyWeakref_GetRef(ref, &target) < 0) PyErr_Clear();
+    return target;
+#else
+    PyObject *target = PyWeakref_GetObject(ref); /* borrowed; None once dead */
+    if (target == Py_None) return NULL;
+    Py_INCREF(target);
+    return target;
+#endif
+}
+
 /* 1: the guard holds, 0: it does not, -1: an exception. */
 static int guard_holds(const Guard *g) {
     PyObject *v = PyObject_GetAttr(g->obj, g->name);
@@ -288,8 +304,9 @@ static int guard_holds(const Guard *g) {
     case G_FALSY: ok = PyObject_Not(v); break;
     case G_GT: ok = PyObject_RichCompareBool(v, g->want, Py_GT); break;
     case G_WEAK: {
-        PyObject *target = PyWeakref_GetObject(g->want); /* borrowed; None once dead */
-        ok = target != Py_None && v == target;
+        PyObject *target = weak_target(g->want);
+        ok = target != NULL && v == target;
+        Py_XDECREF(target);
         break;
     }
     default: /* G_ITEM */
@@ -308,9 +325,9 @@ static int guard_holds(const Guard *g) {
 static int same_value(PyObject *x, PyObject *want) {
     if (Py_TYPE(x) != Py_TYPE(want)) return 0;
     if (x == want) return 1;
-    if (PyFloat_CheckExact(x)) {
+    if (PyFloat_CheckExact(x)) { /* by its bits (-0.0 is not 0.0), every nan one value: jit's key (float.hex) */
         double a = PyFloat_AS_DOUBLE(x), b = PyFloat_AS_DOUBLE(want);
-        return memcmp(&a, &b, sizeof a) == 0;
+        return (a != a && b != b) || memcmp(&a, &b, sizeof a) == 0;
     }
     return PyObject_RichCompareBool(x, want, Py_EQ);
 }
@@ -321,7 +338,9 @@ static int bump(PyObject *counters, PyObject *key, Py_ssize_t by) {
         if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);
         return -1;
     }
-    PyObject *n = PyLong_FromSsize_t(PyLong_AsSsize_t(v) + by);
+    Py_ssize_t was = PyLong_AsSsize_t(v);
+    if (was == -1 && PyErr_Occurred()) return -1;
+    PyObject *n = PyLong_FromSsize_t(was + by);
     if (!n) return -1;
     int r = PyDict_SetItem(counters, key, n);
     Py_DECREF(n);
@@ -375,11 +394,17 @@ static PyObject *lane_call(Lane *self, PyObject *args, PyObject *kw) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "lane(args): one tuple, no keywords");
         return NULL;
     }
+    if (!self->steps) {
+        PyErr_SetString(PyExc_TypeError, "lane: not initialised");
+        return NULL;
+    }
     PyObject *out = NULL;
     Py_ssize_t nslots = self->nslots;
     PyObject **slot = PyMem_Calloc(nslots + 1, sizeof(PyObject *)); /* owned references */
     PyObject **argst = PyMem_Calloc(self->nexpect + 1, sizeof(PyObject *));
     uint64_t *ptrs = NULL;
+    PyObject **held = NULL;
+    Py_ssize_t nheld = 0;
     if (!slot || !argst) { PyMem_Free(slot); PyMem_Free(argst); return PyErr_NoMemory(); }
 
     /* the arguments */
@@ -465,10 +490,15 @@ static PyObject *lane_call(Lane *self, PyObject *args, PyObject *kw) {
         FAIL_IF(!r);
         Py_DECREF(r);
     }
-    Py_ssize_t total = 0;
-    for (Py_ssize_t i = 0; i < self->nsteps; i++) total += self->steps[i].nargs;
+    Py_ssize_t total = 0, moving = 0;
+    for (Py_ssize_t i = 0; i < self->nsteps; i++) total += self->steps[i].nargs, moving += self->steps[i].nmov;
     ptrs = PyMem_Malloc((total + 1) * sizeof(uint64_t));
-    if (!ptrs) { PyErr_NoMemory(); FAIL_IF(1); }
+    /* the arrays the kernels point into, held while they run without the GIL: a thread
+       that gives a storage another array meanwhile frees none of them */
+    held = PyMem_Calloc(moving + self->nguards + 1, sizeof(PyObject *));
+    if (!ptrs || !held) { PyErr_NoMemory(); FAIL_IF(1); }
+    for (Py_ssize_t i = 0; i < self->nguards; i++)
+        if (self->guards[i].kind == G_WEAK && (held[nheld] = weak_target(self->guards[i].want))) nheld++;
     uint64_t *p = ptrs;
     for (Py_ssize_t i = 0; i < self->nsteps; i++) {
         const Step *s = &self->steps[i];
@@ -479,13 +509,15 @@ static PyObject *lane_call(Lane *self, PyObject *args, PyObject *kw) {
             uint64_t address;
             FAIL_IF(storage_address(st, &address) < 0);
             p[s->mov_at[j]] = address + (uint64_t)s->mov_shift[j];
+            FAIL_IF(!(held[nheld] = PyObject_GetAttr(st, s_array)));
+            nheld++;
         }
         p += s->nargs;
     }
     FAIL_IF(bump(self->counters, s_kernel_launches, self->launches) < 0
             || bump(self->counters, s_c_calls, self->launches) < 0);
-    /* every object a kernel points into is held (the slots, the lane's spec): the GIL
-       can go while they run, as a ctypes call lets it go */
+    /* every array a kernel points into is held (above; the sizes and checks by the
+       lane's spec): the GIL can go while they run, as a ctypes call lets it go */
     Py_BEGIN_ALLOW_THREADS
     p = ptrs;
     for (Py_ssize_t i = 0; i < self->nsteps; i++) {
@@ -511,6 +543,8 @@ static PyObject *lane_call(Lane *self, PyObject *args, PyObject *kw) {
     }
 
 done:
+    for (Py_ssize_t i = 0; i < nheld; i++) Py_DECREF(held[i]);
+    PyMem_Free(held);
     for (Py_ssize_t i = 0; i < nslots; i++) Py_XDECREF(slot[i]);
     for (Py_ssize_t i = 0; i < self->nexpect; i++) Py_XDECREF(argst[i]);
     PyMem_Free(slot);
