@@ -30,9 +30,10 @@ stream):
   nodes: it runs the plan stored for them now, with storages only for what the plan
   touches, and returns realised tensors, as a compiled PyTorch function does. A small
   shape's call then costs its kernel and a few microseconds of Python instead of its
-  nodes rebuilt and flushed. Every ``REPROBE``-th such call records instead, so a
+  nodes rebuilt and flushed. The ``REPROBE``-th such call records instead, so a
   caller that starts adding work after the call gets it fused with the call's nodes
-  again.
+  again; each such probe that finds the call still alone doubles the interval (up to
+  ``REPROBE_MAX``), one that finds work joined starts it again.
 - **Fast lane.** A call whose arguments are tensors and plain values (numbers,
   strings, dtypes) alone, which runs the same direct replay as the call before it, is
   checked against that replay's signature field by field (``_Fast``) instead of
@@ -81,7 +82,11 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 MAX_SIGNATURES = 256  # per function: past this, new signatures run without replay
-REPROBE = 64  # every this many direct replays, one is recorded to learn whether later work joins it
+#: after this many direct replays one is recorded to learn whether later work joins it; each
+#: such probe that finds it still alone doubles the interval, up to REPROBE_MAX (a probe
+#: records and flushes the nodes: ~60 us for a GELU, ~1 us a call at every 64th)
+REPROBE = 64
+REPROBE_MAX = 1024
 _ARRAY = operator.attrgetter("_array")  # a storage's array, None while pending (Storage.array without the property)
 _NONES = itertools.repeat(None)
 _MISS: Any = object()  # not a fast lane's call
@@ -165,7 +170,7 @@ class _Recording:
     function produced: a template of a big intermediate costs its shape, not its memory."""
 
     __slots__ = ("fresh", "made", "captured", "captured_ids", "pending", "nodes", "result", "budget", "form_copy",
-                 "alone", "direct_runs", "direct", "layouts", "results", "live")
+                 "alone", "direct_runs", "probe_every", "probing", "direct", "layouts", "results", "live")
 
     def __init__(self, fresh: list[tuple[Any, Any, int]], made: list[Storage], captured: list[Storage],
                  nodes: list[tuple[Any, tuple[tuple[int, Layout], ...], tuple[tuple[int, Layout], ...], dict[str, Any]]],
@@ -185,6 +190,8 @@ class _Recording:
         #: one's plan at once (``_direct``)
         self.alone = False
         self.direct_runs = 0
+        self.probe_every = REPROBE  # a power of two: the probes fall at its multiples of direct_runs
+        self.probing = False  # the last direct run's turn was a probe, not yet flushed
         self.direct: _DirectRun | None = None
         self.layouts: list[_Layouts] | None = None  # the nodes' operand layouts, as plan.run_stored reads them
         self.results = _result_indices(result)  # the pool indices of the tensors it returns
@@ -245,11 +252,14 @@ class _Recording:
         it takes: the plan of these nodes run as their flush would have run it had
         nothing joined them (what PyTorch's compiled functions do, and what a small
         shape needs: its nodes cost more to rebuild than its kernel takes). Only where
-        the last replay from an empty stream was flushed alone; every ``REPROBE``-th
+        the last replay from an empty stream was flushed alone; every ``probe_every``-th
         such call records instead, to see whether later work joins it now (then it
         stays recorded, and fused with that work)."""
         self.direct_runs += 1
-        if self.direct_runs % REPROBE == 0 or stream is not stream_of(CPU):
+        if self.direct_runs % self.probe_every == 0:
+            self.probing = True
+            return None
+        if stream is not stream_of(CPU):
             return None
         found = planmod.stored(copy, self.live)
         if found is None:
@@ -295,6 +305,9 @@ class _Recording:
         """Learn at the flush of the queue these ``n`` nodes began whether it held only them."""
         def flushed(count: int) -> None:
             self.alone = count == n
+            if self.probing:  # still alone: the next probe twice as far; joined: back to the first interval
+                self.probing = False
+                self.probe_every = min(2 * self.probe_every, REPROBE_MAX) if self.alone else REPROBE
         stream.nodes.watch = flushed
 
     def keep_form(self, stream: Stream, storages: list[Storage], nodes: list[Node], made: list[Storage]) -> None:
@@ -453,7 +466,7 @@ class _Fast:
             return _MISS
         run = self.direct
         if not rec.restorable(stream_of(CPU)) or not rec.alone or memory.limited() \
-                or rec.direct is not run or not run.holds(rec.pending) or (rec.direct_runs + 1) % REPROBE == 0:
+                or rec.direct is not run or not run.holds(rec.pending) or (rec.direct_runs + 1) % rec.probe_every == 0:
             return _MISS
         found = planmod.stored(rec.form_copy, rec.live)
         if found is None or found[0] is not run.plan:
@@ -507,7 +520,7 @@ class _Fast:
             return
         stream = stream_of(CPU)
         self.native = lane.make((
-            _MISS, Tensor, rec.captured_ids, rec, REPROBE, COUNTERS, planmod._shapes, plan.program,
+            _MISS, Tensor, rec.captured_ids, rec, COUNTERS, planmod._shapes, plan.program,
             threads, Storage, memory.allocate_at, _rebuild, self.result,
             body[0] if kind == "tensor" else -1, body[1] if kind == "tensor" else None,
             tuple(expect), lane_guards(rec, run, stream, copy), len(run.base), tuple(arg_slots),

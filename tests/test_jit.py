@@ -706,3 +706,37 @@ def test_the_c_lane_is_not_made_where_it_cannot_take_the_call(monkeypatch: Any) 
     monkeypatch.undo()
     for _ in range(6):
         np.testing.assert_allclose(g(braze.from_numpy(data), (1, 2)).numpy(), data * 2, rtol=1e-6)
+
+
+def test_probes_grow_apart_while_a_direct_replay_stays_alone() -> None:
+    """A direct replay is probed (recorded, to see whether later work joins it) at its
+    64th call, then its 128th, 256th ... up to every REPROBE_MAX-th while it stays
+    alone: a probe costs a recording and a flush. Work that joins it is found by the
+    next probe, after which every call records again (and fuses with the work); alone
+    again, the probes start again at the first interval."""
+    from braze.jit import REPROBE_MAX
+    if not braze.stream.fusion_enabled():
+        pytest.skip("direct replays are fused only")
+    f = braze.jit(lambda x: (x * 2).exp() + 1)
+    x = braze.from_numpy(np.ones((4, 33), dtype=np.float32))
+
+    def call(joined: bool = False) -> tuple[bool, int]:
+        before = braze.stats()
+        y = f(x)
+        recorded = braze.stats()["nodes_recorded"] != before["nodes_recorded"]
+        np.testing.assert_allclose((y * 2 if joined else y).numpy(), (np.exp(2.0) + 1) * (2 if joined else 1), rtol=1e-6)
+        return recorded, braze.stats()["kernel_launches"] - before["kernel_launches"]
+
+    probes = [i for i in range(3000) if call()[0]]
+    late = [i for i in probes if i > 8]  # (the trace, and a first replay where its plan was not stored yet)
+    gaps = np.diff(late).tolist()
+    assert gaps[0] == REPROBE and all(b == min(2 * a, REPROBE_MAX) for a, b in zip(gaps, gaps[1:])), probes
+    assert len(probes) <= 2 + 1 + 5 + 2  # 64, 128, ..., 1024, then every 1024: against 46 at a fixed 64
+    for i in range(REPROBE_MAX + 2):  # work joins: the next probe sees it
+        if call(joined=True)[1] == 1:  # one kernel: the replay's nodes fused with the multiply
+            break
+    else:
+        raise AssertionError("work joining the call never fused with it")
+    assert [call(joined=True)[1] for _ in range(5)] == [1] * 5
+    again = [i for i in range(3 * REPROBE) if call()[0]]
+    assert again[0] <= 1 and any(REPROBE - 2 <= i - again[0] <= REPROBE + 2 for i in again[1:]), again

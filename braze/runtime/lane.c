@@ -65,7 +65,7 @@ typedef struct {
     PyObject *miss, *tensor_type, *captured_ids, *rec, *counters, *shapes, *program, *threads;
     Py_hash_t program_hash;
     PyObject *storage_type, *allocate, *rebuild, *result_spec, *result_layout;
-    Py_ssize_t nexpect, ntensors, nguards, nslots, nfresh, nsteps, result_slot, reprobe, launches;
+    Py_ssize_t nexpect, ntensors, nguards, nslots, nfresh, nsteps, result_slot, launches;
     Expect *expect;
     Guard *guards;
     Py_ssize_t *arg_slot;              /* per argument: its rel id slot, or -1 */
@@ -74,7 +74,7 @@ typedef struct {
     Step *steps;
 } Lane;
 
-static PyObject *s_num_threads, *s_get_num_threads, *s_storage, *s_layout, *s_dtype, *s_device, *s_array, *s_readonly, *s_address, *s_bind,
+static PyObject *s_probe_every, *s_num_threads, *s_get_num_threads, *s_storage, *s_layout, *s_dtype, *s_device, *s_array, *s_readonly, *s_address, *s_bind,
     *s_direct_runs, *s_address_fn, *s_flushes, *s_plan_hits, *s_kernel_launches, *s_c_calls;
 
 static void lane_free_parts(Lane *self) {
@@ -119,7 +119,7 @@ static PyObject *tuple_of(PyObject *t, Py_ssize_t least, Py_ssize_t most, const 
 #define ITEM(t, i) PyTuple_GET_ITEM((t), (i))
 
 /* Lane(spec): spec is
-   (miss, tensor_type, captured_ids, rec, reprobe, counters, shapes, program, threads (the module),
+   (miss, tensor_type, captured_ids, rec, counters, shapes, program, threads (the module),
     storage_type, allocate, rebuild, result_spec, result_slot, result_layout,
     expect, guards, nslots, arg_slots, fresh, steps)
    expect: per argument (1, dtype, device, layout, pending, readonly) or (0, value)
@@ -133,36 +133,34 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kw) {
         return -1;
     }
     if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &spec)) return -1;
-    if (!tuple_of(spec, 21, 21, "spec")) return -1;
+    if (!tuple_of(spec, 20, 20, "spec")) return -1;
     Py_INCREF(spec);
     self->spec = spec;
     self->miss = ITEM(spec, 0);
     self->tensor_type = ITEM(spec, 1);
     self->captured_ids = ITEM(spec, 2);
     self->rec = ITEM(spec, 3);
-    self->reprobe = PyLong_AsSsize_t(ITEM(spec, 4));
-    self->counters = ITEM(spec, 5);
-    self->shapes = ITEM(spec, 6);
-    self->program = ITEM(spec, 7);
-    self->threads = ITEM(spec, 8);
+    self->counters = ITEM(spec, 4);
+    self->shapes = ITEM(spec, 5);
+    self->program = ITEM(spec, 6);
+    self->threads = ITEM(spec, 7);
     self->program_hash = PyObject_Hash(self->program);
     if (self->program_hash == -1) return -1;
-    self->storage_type = ITEM(spec, 9);
-    self->allocate = ITEM(spec, 10);
-    self->rebuild = ITEM(spec, 11);
-    self->result_spec = ITEM(spec, 12);
-    self->result_slot = PyLong_AsSsize_t(ITEM(spec, 13));
-    self->result_layout = ITEM(spec, 14);
-    self->nslots = PyLong_AsSsize_t(ITEM(spec, 17));
+    self->storage_type = ITEM(spec, 8);
+    self->allocate = ITEM(spec, 9);
+    self->rebuild = ITEM(spec, 10);
+    self->result_spec = ITEM(spec, 11);
+    self->result_slot = PyLong_AsSsize_t(ITEM(spec, 12));
+    self->result_layout = ITEM(spec, 13);
+    self->nslots = PyLong_AsSsize_t(ITEM(spec, 16));
     if (PyErr_Occurred()) return -1;
-    if (self->reprobe <= 0 || !PyDict_Check(self->counters) || !PyDict_Check(self->shapes)
-        || !PyAnySet_Check(self->captured_ids)) {
-        PyErr_SetString(PyExc_TypeError, "lane: bad reprobe, counters, shapes or captured ids");
+    if (!PyDict_Check(self->counters) || !PyDict_Check(self->shapes) || !PyAnySet_Check(self->captured_ids)) {
+        PyErr_SetString(PyExc_TypeError, "lane: bad counters, shapes or captured ids");
         return -1;
     }
 
-    PyObject *expect = tuple_of(ITEM(spec, 15), 0, ANY, "expect");
-    PyObject *arg_slots = tuple_of(ITEM(spec, 18), 0, ANY, "arg_slots");
+    PyObject *expect = tuple_of(ITEM(spec, 14), 0, ANY, "expect");
+    PyObject *arg_slots = tuple_of(ITEM(spec, 17), 0, ANY, "arg_slots");
     if (!expect || !arg_slots) return -1;
     self->nexpect = PyTuple_GET_SIZE(expect);
     if (PyTuple_GET_SIZE(arg_slots) != self->nexpect) {
@@ -193,7 +191,7 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kw) {
         if (self->arg_slot[i] >= self->nslots) { PyErr_SetString(PyExc_ValueError, "lane: slot out of range"); return -1; }
     }
 
-    PyObject *guards = tuple_of(ITEM(spec, 16), 0, ANY, "guards");
+    PyObject *guards = tuple_of(ITEM(spec, 15), 0, ANY, "guards");
     if (!guards) return -1;
     self->nguards = PyTuple_GET_SIZE(guards);
     self->guards = PyMem_Calloc(self->nguards + 1, sizeof(Guard));
@@ -214,7 +212,7 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kw) {
         }
     }
 
-    PyObject *fresh = tuple_of(ITEM(spec, 19), 0, ANY, "fresh");
+    PyObject *fresh = tuple_of(ITEM(spec, 18), 0, ANY, "fresh");
     if (!fresh) return -1;
     self->nfresh = PyTuple_GET_SIZE(fresh);
     self->fresh_slot = PyMem_Calloc(self->nfresh + 1, sizeof(Py_ssize_t));
@@ -234,7 +232,7 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kw) {
         self->fresh_alloc[i] = ITEM(f, 2);
     }
 
-    PyObject *steps = tuple_of(ITEM(spec, 20), 1, ANY, "steps");
+    PyObject *steps = tuple_of(ITEM(spec, 19), 1, ANY, "steps");
     if (!steps) return -1;
     self->nsteps = PyTuple_GET_SIZE(steps);
     self->steps = PyMem_Calloc(self->nsteps, sizeof(Step));
@@ -441,7 +439,12 @@ static PyObject *lane_call(Lane *self, PyObject *args, PyObject *kw) {
     Py_ssize_t n = PyLong_AsSsize_t(runs);
     Py_DECREF(runs);
     FAIL_IF(n == -1 && PyErr_Occurred());
-    MISS_IF((n + 1) % self->reprobe == 0); /* every REPROBE-th records instead */
+    PyObject *every = PyObject_GetAttr(self->rec, s_probe_every);
+    FAIL_IF(!every);
+    Py_ssize_t probe = PyLong_AsSsize_t(every);
+    Py_DECREF(every);
+    FAIL_IF(probe == -1 && PyErr_Occurred());
+    MISS_IF(probe <= 0 || (n + 1) % probe == 0); /* a probe's turn records instead (jit.REPROBE) */
     runs = PyLong_FromSsize_t(n + 1);
     FAIL_IF(!runs);
     int set = PyObject_SetAttr(self->rec, s_direct_runs, runs);
@@ -570,6 +573,7 @@ static struct PyModuleDef lane_module = {PyModuleDef_HEAD_INIT, .m_name = "braze
 #define INTERN(var, text) if (!((var) = PyUnicode_InternFromString(text))) return NULL
 
 PyMODINIT_FUNC PyInit_braze_lane(void) {
+    INTERN(s_probe_every, "probe_every");
     INTERN(s_num_threads, "_num_threads");
     INTERN(s_get_num_threads, "get_num_threads");
     INTERN(s_storage, "_storage");
