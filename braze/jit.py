@@ -379,7 +379,7 @@ class _Fast:
     with, field by field, and each value by its key, where ``_Call`` builds and hashes
     a whole key; the storages filled from a list made once, where ``_pool`` walks the
     pool. Every other condition of a direct replay is asked as ``replay`` asks it;
-    anything that differs (``run`` returns None) takes the usual way, which sees the
+    anything that differs (``run`` returns ``_MISS``) takes the usual way, which sees the
     same state and decides as it always does (a reprobe among them)."""
 
     __slots__ = ("rec", "direct", "expect", "tensors", "from_args", "fresh", "result", "values", "native",
@@ -503,7 +503,7 @@ class _Fast:
             if want[0] is Tensor:
                 if want[4]:  # a pending argument
                     return
-                expect.append((True, want[1], want[2], want[3], False, want[5]))
+                expect.append((True, *want[1:]))
             elif type(value) in _NATIVE_VALUES:
                 expect.append((False, value))
             else:
@@ -515,9 +515,7 @@ class _Fast:
             arg_slots[i] = k
         kind, body = self.result
         steps = tuple((ctypes.cast(s.fn, ctypes.c_void_p).value, l.fixed.tobytes(), l.moving)
-                      for s, l in zip(plan.steps, run.launched) if l is not None)
-        if len(steps) != len(plan.steps):
-            return
+                      for s, l in zip(plan.steps, run.launched))  # (every step a kernel: each has its launch)
         stream = stream_of(CPU)
         self.native = lane.make((
             _MISS, Tensor, rec.captured_ids, rec, COUNTERS, planmod._shapes, plan.program,

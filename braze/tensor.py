@@ -184,22 +184,21 @@ class Tensor(Views, Attached):
 
     def numpy(self) -> np.ndarray:
         """A zero-copy numpy view of the data (flushes the stream first)."""
-        st, lay = self._storage, self._layout
-        if st.producer is None and not st.dirty and st._array is not None and st.device.type == "cpu" \
-                and not st.dtype.is_block:  # computed already: ``realize`` has nothing to do (a jit call's result)
-            COUNTERS["data_reads"] += 1
-            return strided(st._array, lay.shape, lay.strides, lay.offset, writeable=not st.readonly)
-        if self.dtype.is_block:
+        st = self._storage
+        if st.dtype.is_block:
             raise DtypeMismatch("numpy", [self.dtype], "a block-quantized tensor has no numpy element type: "
                                                        "take .to(braze.float32) (dequantized) first")
-        self.realize()
+        array = st._array
+        if array is None or st.producer is not None or st.dirty:
+            array = self.realize()._storage.data()
+        else:  # computed already: ``realize`` would only count the read (a jit call's result)
+            COUNTERS["data_reads"] += 1
         lay = self._layout
-        if self._storage.device.type == "cpu":
-            return strided(self._storage.data(), lay.shape, lay.strides, lay.offset,
-                           writeable=not self._storage.readonly)
+        if st.device.type == "cpu":
+            return strided(array, lay.shape, lay.strides, lay.offset, writeable=not st.readonly)
         # A cuda tensor's data is copied back (device memory is no numpy buffer; under
         # the interpreter it is host memory, copied all the same so both modes agree).
-        return host_view(self._storage.data(), lay.shape, lay.strides, lay.offset).copy()
+        return host_view(array, lay.shape, lay.strides, lay.offset).copy()
 
     def __array__(self, dtype: Any = None, copy: _bool | None = None) -> np.ndarray:
         arr = self.numpy()

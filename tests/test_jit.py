@@ -702,10 +702,11 @@ def test_the_c_lane_is_not_made_where_it_cannot_take_the_call(monkeypatch: Any) 
     for _ in range(6):
         np.testing.assert_allclose(f(braze.from_numpy(data), 0.25).numpy(), np.exp(data * 0.25) + 0.25, rtol=1e-6)
     assert f.fast is not None and f.fast.native is None
-    g = braze.jit(lambda x, n: x * float(len(n)))  # a value of a type the C lane does not compare
+    g = braze.jit(lambda x, s: x * float(s))
     monkeypatch.undo()
-    for _ in range(6):
-        np.testing.assert_allclose(g(braze.from_numpy(data), (1, 2)).numpy(), data * 2, rtol=1e-6)
+    for _ in range(6):  # a value of a type the C lane does not compare (a numpy scalar): the Python lane alone
+        np.testing.assert_allclose(g(braze.from_numpy(data), np.float32(2.0)).numpy(), data * 2, rtol=1e-6)
+    assert g.fast is not None and g.fast.native is None
 
 
 def test_probes_grow_apart_while_a_direct_replay_stays_alone() -> None:

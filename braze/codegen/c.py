@@ -189,7 +189,8 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows | ir.TopK, name: str, siz
     assert SCATTER_PREPASS is not None, "braze.codegen.scatter registers its renderer when imported"
     lines += SCATTER_PREPASS(k, hoisted)
     total = rows * max(row_len, 1)
-    parallel = f"num_threads(nthreads) if(nthreads > 1 && {total} > {parallel_min(k)})"
+    bar = parallel_min(k)
+    parallel = f"num_threads(nthreads) if(nthreads > 1 && {total} > {bar})"
     # Not when the last pass stashes values in the output: that wrote its lines into
     # the cache already, and streaming over them gains nothing (softmax: 1.40x slower).
     streamed = (c_stream.streams(k) if stream is None else stream and c_stream.may_stream(k)) and not _stashes(k, passes(k))
@@ -200,12 +201,12 @@ def kernel_source(k: ir.Kernel | ir.QLinear | ir.QRows | ir.TopK, name: str, siz
     # depend on its rows). One nest for both would cost short rows (16 * 16 * 64 of 64)
     # 17% at 1 thread: gcc spills the loop's constants once its bounds are a slice's.
     cut = not streamed and bool(k.inner) and (type(rows) is not int or rows < PARTS_ROWS) \
-        and not (type(total) is int and total <= parallel_min(k)) \
+        and not (type(total) is int and total <= bar) \
         and all(type(s) is ir.Store and not s.at for s in k.stages)  # (a decoding step's never forks: no nest)
     if cut:
         n = k.inner[0]
         lines += ["    int64_t parts = 1;  /* rows * parts a multiple of the team */",
-                  f"    if (nthreads > 1 && {total} > {parallel_min(k)} && {rows} < {PARTS_ROWS} * nthreads) {{",
+                  f"    if (nthreads > 1 && {total} > {bar} && {rows} < {PARTS_ROWS} * nthreads) {{",
                   f"        int64_t a = {rows}, b = nthreads;",
                   "        while (b) { const int64_t t = a % b; a = b; b = t; }",
                   "        parts = nthreads / a;",

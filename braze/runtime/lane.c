@@ -6,7 +6,7 @@ Python as C, the way torch.compile moved its guards to C++. A Lane is built in P
 
   - per argument, what it must be: a tensor's exact type, dtype, device, layout, pending
     and read-only state, not a captured storage, or a plain value's type and value
-    (floats by their bits);
+    (floats by their bits, every nan one value);
   - guards: attributes of braze's own objects that must still be what they were when
     the lane was built (the stream empty, the recording still flushed alone, the plan
     still the stored one, a captured tensor's array still the same one ...);
@@ -66,6 +66,7 @@ typedef struct {
     Py_hash_t program_hash;
     PyObject *storage_type, *allocate, *rebuild, *result_spec, *result_layout;
     Py_ssize_t nexpect, ntensors, nguards, nslots, nfresh, nsteps, result_slot, launches;
+    int ready;                         /* lane_init finished: only then may it be called */
     Expect *expect;
     Guard *guards;
     Py_ssize_t *arg_slot;              /* per argument: its rel id slot, or -1 */
@@ -275,7 +276,9 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kw) {
         }
     }
     if (self->result_slot >= self->nslots) { PyErr_SetString(PyExc_ValueError, "lane: result slot out of range"); return -1; }
-    return PyErr_Occurred() ? -1 : 0;
+    if (PyErr_Occurred()) return -1;
+    self->ready = 1;
+    return 0;
 }
 
 /* what a weak reference points to (a new reference), or NULL once it is dead */
@@ -392,7 +395,7 @@ static PyObject *lane_call(Lane *self, PyObject *args, PyObject *kw) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "lane(args): one tuple, no keywords");
         return NULL;
     }
-    if (!self->steps) {
+    if (!self->ready) {
         PyErr_SetString(PyExc_TypeError, "lane: not initialised");
         return NULL;
     }
