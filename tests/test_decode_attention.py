@@ -72,3 +72,28 @@ def test_decoding_with_a_mask_per_head(threads: int, monkeypatch: Any) -> None:
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
     assert np.isnan(got[0, 0]).all() and not np.isnan(got[0, 1:]).any()
     np.testing.assert_allclose(got, ref, atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("pos", [1, 15, 17, 97, 640])
+@pytest.mark.parametrize("d", [24, 64])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_decoding_reads_a_half_cache_where_it_lies(dtype: str, d: int, pos: int, threads: int,
+                                                   monkeypatch: Any) -> None:
+    """A float16 or bfloat16 cache (``braze generate``'s is float16), its first ``pos``
+    positions cast to float32 as the model reads them: the narrow kernel multiplies by its rows where they lie, a few
+    rows at a time converted (``braze_mm_nt_h``, ``braze_mm_h``; chunks of 16 rows, so
+    positions around 16 and a head dim that is not a multiple of 16 reach every tail),
+    and gives the float32 attention of the rounded cache, as the reference does."""
+    group = 3
+    rng = np.random.default_rng(pos + d)
+    q = rng.standard_normal((1, HKV * group, 1, d)).astype(np.float32)
+    half = getattr(braze, dtype)
+    k, v = (braze.from_numpy(rng.standard_normal((1, HKV, M, d)).astype(np.float32)).to(half).numpy()
+            for _ in range(2))
+
+    def step(q: braze.Tensor, k: braze.Tensor, v: braze.Tensor) -> braze.Tensor:  # as KVCache.append reads
+        k, v = (c[:, :, :pos].to(braze.float32) for c in (k, v))
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    got, ref = _run(step, [q, k, v], threads, monkeypatch)
+    np.testing.assert_allclose(got, ref, atol=2e-5, rtol=0)

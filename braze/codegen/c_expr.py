@@ -138,6 +138,33 @@ static inline void braze_b2f_rows(const uint16_t *src, int64_t ld, int64_t rows,
     for (int64_t r = 0; r < rows; r++, src += ld, dst += n)
         for (int64_t i = 0; i < n; i++) { const uint32_t u = (uint32_t)src[i] << 16; __builtin_memcpy(dst + i, &u, 4); }
 }
+/* braze_mm_nt and braze_mm (accumulating) over keys or values of a half type read
+ * where they lie, for a chain kernel's narrow tasks (decoding): BRAZE_HROWS rows at a
+ * time converted into a buffer that stays in L1 and multiplied from there. A whole
+ * tile converted first (96 rows of keys and of values, 48 KiB at d = 64) outgrew L1:
+ * its rows were written to L2 and read back. */
+#define BRAZE_HROWS 16
+#define BRAZE_HALF_MM(T)                                                                                     \
+static inline void braze_mm_nt_##T(int64_t m, int64_t n, int64_t k, const float *restrict A, int64_t lda,    \
+        const uint16_t *Bt, int64_t ldbt, float *restrict C, int64_t ldc) {                                 \
+    float buf[BRAZE_HROWS * k];                                                                              \
+    for (int64_t j = 0; j < n; j += BRAZE_HROWS) {                                                           \
+        const int64_t nj = n - j < BRAZE_HROWS ? n - j : BRAZE_HROWS;                                        \
+        braze_##T##2f_rows(Bt + j * ldbt, ldbt, nj, k, buf);                                                 \
+        braze_mm_nt(m, nj, k, A, lda, buf, k, C + j, ldc);                                                   \
+    }                                                                                                        \
+}                                                                                                            \
+static inline void braze_mm_##T(int64_t m, int64_t n, int64_t k, const float *restrict A, int64_t lda,       \
+        const uint16_t *B, int64_t ldb, float *restrict C, int64_t ldc) {                                    \
+    float buf[BRAZE_HROWS * n];                                                                              \
+    for (int64_t p = 0; p < k; p += BRAZE_HROWS) {                                                           \
+        const int64_t np = k - p < BRAZE_HROWS ? k - p : BRAZE_HROWS;                                        \
+        braze_##T##2f_rows(B + p * ldb, ldb, np, n, buf);                                                    \
+        braze_mm(m, n, np, A + p, lda, buf, n, C, ldc, 1);                                                   \
+    }                                                                                                        \
+}
+BRAZE_HALF_MM(h)
+BRAZE_HALF_MM(b)
 static inline uint16_t braze_f2h(float f) { _Float16 v = (_Float16)f; uint16_t h; __builtin_memcpy(&h, &v, 2); return h; }
 static inline float braze_b2f(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; __builtin_memcpy(&f, &u, 4); return f; }
 static inline uint16_t braze_f2b(float f) {

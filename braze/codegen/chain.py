@@ -41,7 +41,7 @@ from math import prod
 from .. import dtypes as dt
 from .. import ir
 from . import c as _c
-from .chain_rules import (HALF_ROWS, batch_free, fused_max, paged_rows, row_stride, rows_in_place, score_node,
+from .chain_rules import (HALF_MM, HALF_ROWS, batch_free, fused_max, paged_rows, row_stride, rows_in_place, score_node,
                           skip_rule, the_dot)
 from .loops import passes
 from .c_expr import Renderer, converted
@@ -128,6 +128,10 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     paged_v = paged_rows(contract.v, n_outer) if narrow else None
     half_k = paged_k is not None and dot.b.dtype in HALF_ROWS
     half_v = paged_v is not None and contract.v.dtype in HALF_ROWS
+    # narrow tasks read half-type rows where they lie (contiguous or block by block),
+    # converted a few rows at a time into L1 (c_expr's braze_mm_nt_h / braze_mm_h)
+    hk = HALF_MM.get(dot.b.dtype) if narrow and (paged_k is not None or row_stride(dot.b, n_outer) is not None) else None
+    hv = HALF_MM.get(contract.v.dtype) if narrow and (paged_v is not None or row_stride(contract.v, n_outer) is not None) else None
     if dot.b.dtype is not dt.float32:
         paged_b = None  # (pack_k's transposes read float32 rows)
 
@@ -179,9 +183,9 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     def task_setup(ind: str, task: str) -> list[str]:
         res = task_coords(ind, task)
         res.append(f"{ind}float qt[{BQ} * {d}], st[{BQ} * {BK}], wt[{BQ} * {BK}], ot[{BQ} * {e}];")
-        if not narrow or ldk is None:  # the key tile, packed here when no pre-pass packed them all
+        if not narrow or ldk is None and not hk:  # the key tile, packed here when no pre-pass packed them all
             res.append(f"{ind}float kt[{d} * {BK}];")
-        if ldv is None:  # the value tile, unless values are read in place
+        if ldv is None and not hv:  # the value tile, unless values are read in place
             res.append(f"{ind}float vt[{BK} * {e}];")
         for i in reduces:
             res.append(f"{ind}float acc{i}[{BQ}]; int nan{i}[{BQ}];")
@@ -350,8 +354,12 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         the additive mask's rows, the row max and nan flag) by ``braze_mm_scaled_max``
         where the tile is ``fast``."""
         res = []
-        if paged_k is not None and not half_k:
-            res = blockwise(dot.b, paged_k, f"braze_mm_nt(nq, len, {d}, qt, {d}, xp, {paged_k[0]}, st + jb, {BK});")
+        if paged_k is not None and (not half_k or hk):
+            mm_nt = f"braze_mm_nt_{hk}" if hk else "braze_mm_nt"
+            res = blockwise(dot.b, paged_k, f"{mm_nt}(nq, len, {d}, qt, {d}, xp, {paged_k[0]}, st + jb, {BK});")
+        elif hk:
+            res = [f"    braze_mm_nt_{hk}(nq, nk, {d}, qt, {d}, {k_at}, {row_stride(dot.b, n_outer)}, st, {BK});"]
+        if res:
             if fused_args is None:
                 return res
             return res + [f"    if (fast) braze_scaled_max_rest(nq, nk, st, {BK}, {fused_args}, 0, 0, 0);"]
@@ -414,7 +422,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     def values_tile() -> list[str]:
         """The value tile ``vt`` of tile ``j0``, where the contraction does not read the
         values in place (contiguous float32 rows, or float32 blocks through a table)."""
-        if ldv is not None or paged_v is not None and not half_v:
+        if ldv is not None or paged_v is not None and not half_v or hv:
             return []
         if half_v:
             assert paged_v is not None
@@ -432,8 +440,9 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         body.append(f"    const int64_t tile = (task / {blocks}) * {ntiles} + j0 / {BK};")
         if not narrow:
             body.append(f"    const float *ktp = kpack ? kpack + tile * {d * BK} : kt;")
-        body.append(f"    const float *vtp = {v_at if ldv is not None else f'kpack ? vpack + tile * {BK * e} : vt'};")
-        keys = pack_k("kt") if not narrow else pack_k_rows("kt") if ldk is None and paged_k is None else []
+        if not hv:
+            body.append(f"    const float *vtp = {v_at if ldv is not None else f'kpack ? vpack + tile * {BK * e} : vt'};")
+        keys = pack_k("kt") if not narrow else pack_k_rows("kt") if ldk is None and paged_k is None and not hk else []
         pack = keys + (values_tile() if with_contract else [])
         if pack:
             body += ["    if (!kpack) {"] + ["        " + t for t in pack] + ["    }"]
@@ -596,8 +605,12 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                 body.append("            }")
                 body.append("        }")
         body.append("    }")
-        if with_contract and paged_v is not None and not half_v:
-            body += blockwise(contract.v, paged_v, f"braze_mm(nq, {e}, len, wt + jb, {BK}, xp, {paged_v[0]}, ot, {e}, 1);")
+        if with_contract and paged_v is not None and (not half_v or hv):
+            mm = f"braze_mm_{hv}(nq, {e}, len, wt + jb, {BK}, xp, {paged_v[0]}, ot, {e});" if hv else \
+                f"braze_mm(nq, {e}, len, wt + jb, {BK}, xp, {paged_v[0]}, ot, {e}, 1);"
+            body += blockwise(contract.v, paged_v, mm)
+        elif with_contract and hv:
+            body.append(f"    braze_mm_{hv}(nq, {e}, nk, wt, {BK}, {v_at}, {row_stride(contract.v, n_outer)}, ot, {e});")
         elif with_contract:
             body.append(f"    braze_mm(nq, {e}, nk, wt, {BK}, vtp, {e if ldv is None else ldv}, ot, {e}, 1);")
         body.append("}")

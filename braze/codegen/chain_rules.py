@@ -167,6 +167,8 @@ def rows_in_place(v: ir.Load, n_outer: int) -> int | None:
 
 #: the C that converts rows of a half type to float rows (``c_expr.PRELUDE``)
 HALF_ROWS = {dt.float16: "braze_h2f_rows", dt.bfloat16: "braze_b2f_rows"}
+#: the suffix of the C that multiplies by rows of a half type where they lie (``braze_mm_nt_h``, ``braze_mm_b``)
+HALF_MM = {dt.float16: "h", dt.bfloat16: "b"}
 
 
 def paged_rows(v: ir.Load, n_outer: int) -> tuple[int, int] | None:
