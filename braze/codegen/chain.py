@@ -116,20 +116,21 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
     k_at = f"a{dot.b.arg} + " + Renderer([f"o{i}" for i in range(n_outer)] + ["j0", "0"]).index(dot.b.index)
     # A task of few rows (decoding) takes its scores by dot products along the key rows
     # (braze_mm_nt): transposing a tile would cost as much as the GEMM it feeds. float32
-    # rows contiguous along the head dim are read in place; other keys (half types, a
-    # strided head dim) are converted tile by tile into contiguous rows (``kt``) first.
+    # rows contiguous along the head dim are read in place, half-type ones too (a few
+    # rows at a time converted into L1: c_expr's braze_mm_nt_h / braze_mm_h, ``hk``,
+    # ``hv``); keys strided along the head dim are converted tile by tile into
+    # contiguous rows (``kt``) first.
     narrow = rows_per_batch <= NARROW and d % 8 == 0
     k_rows, k_ld = (k_at, ldk) if ldk is not None else ("kt", d)
     v_at = f"a{contract.v.arg} + " + Renderer([f"o{i}" for i in range(n_outer)] + ["j0", "0"]).index(contract.v.index)
-    # keys and values through a block table, read in place block by block (narrow tasks);
-    # half-type ones converted block by block into the tile (``half_k``, ``half_v``)
+    # keys and values through a block table, read in place block by block (narrow tasks)
     paged_b = paged_rows(dot.b, n_outer)
     paged_k = paged_b if narrow else None
     paged_v = paged_rows(contract.v, n_outer) if narrow else None
-    half_k = paged_k is not None and dot.b.dtype in HALF_ROWS
-    half_v = paged_v is not None and contract.v.dtype in HALF_ROWS
-    # narrow tasks read half-type rows where they lie (contiguous or block by block),
-    # converted a few rows at a time into L1 (c_expr's braze_mm_nt_h / braze_mm_h)
+    # the suffix of the C that multiplies by half-type rows where they lie, for a narrow
+    # task's keys and values that are such rows (contiguous, or a block's): 16 rows at a
+    # time converted into L1. Converting the whole 96-row tiles first (48 KiB at d = 64),
+    # or 96-row chunks, made a decoding step after 1024 positions 10-16% slower.
     hk = HALF_MM.get(dot.b.dtype) if narrow and (paged_k is not None or row_stride(dot.b, n_outer) is not None) else None
     hv = HALF_MM.get(contract.v.dtype) if narrow and (paged_v is not None or row_stride(contract.v, n_outer) is not None) else None
     if dot.b.dtype is not dt.float32:
@@ -344,28 +345,20 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                 f"        const {ctype} *xp = a{x.arg} + {at} + at{x.arg}_0 * {x.at[0][1]};",
                 f"        {call}", "        jb += len;", "    }"]
 
-    def converted_rows(x: ir.Load, rows: tuple[int, int], dst: str, width: int) -> list[str]:
-        """The tile's rows of half-type ``x`` through a block table, as float rows of
-        ``width`` at ``dst``: a block's rows at a time."""
-        return blockwise(x, rows, f"{HALF_ROWS[x.dtype]}(xp, {rows[0]}, len, {width}, {dst} + jb * {width});")
-
     def scores(fused_args: str | None = None) -> list[str]:
         """The scores tile ``st`` of tile ``j0``; with ``fused_args`` (the row scales,
         the additive mask's rows, the row max and nan flag) by ``braze_mm_scaled_max``
         where the tile is ``fast``."""
         res = []
-        if paged_k is not None and (not half_k or hk):
-            mm_nt = f"braze_mm_nt_{hk}" if hk else "braze_mm_nt"
+        mm_nt = f"braze_mm_nt_{hk}" if hk else "braze_mm_nt"
+        if paged_k is not None:
             res = blockwise(dot.b, paged_k, f"{mm_nt}(nq, len, {d}, qt, {d}, xp, {paged_k[0]}, st + jb, {BK});")
         elif hk:
-            res = [f"    braze_mm_nt_{hk}(nq, nk, {d}, qt, {d}, {k_at}, {row_stride(dot.b, n_outer)}, st, {BK});"]
+            res = [f"    {mm_nt}(nq, nk, {d}, qt, {d}, {k_at}, {half_ld(dot.b)}, st, {BK});"]
         if res:
             if fused_args is None:
                 return res
             return res + [f"    if (fast) braze_scaled_max_rest(nq, nk, st, {BK}, {fused_args}, 0, 0, 0);"]
-        if half_k:
-            assert paged_k is not None
-            res = converted_rows(dot.b, paged_k, "kt", d)
         if narrow:
             mm = f"braze_mm_nt(nq, nk, {d}, qt, {d}, {k_rows}, {k_ld}, st, {BK}"
             fused_mm = f"braze_mm_nt_scaled_max(nq, nk, {d}, qt, {d}, {k_rows}, {k_ld}, st, {BK}"
@@ -403,9 +396,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
 
     def pack_k_rows(dst: str) -> list[str]:
         """The key tile at ``j0`` as float rows ``[j][d]`` (a narrow task's keys that
-        cannot be read in place)."""
-        if half_ld(dot.b) is not None:
-            return [f"{HALF_ROWS[dot.b.dtype]}({k_at}, {half_ld(dot.b)}, nk, {d}, {dst});"]
+        cannot be read in place: strided along the head dim)."""
         return ["for (int64_t jj = 0; jj < nk; jj++) {",
                 "    const int64_t i0 = j0 + jj;", *row_at(dot.b),
                 f"    for (int64_t dd = 0; dd < {d}; dd++) {dst}[jj * {d} + dd] = {load(dot.b)};",
@@ -421,12 +412,9 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
 
     def values_tile() -> list[str]:
         """The value tile ``vt`` of tile ``j0``, where the contraction does not read the
-        values in place (contiguous float32 rows, or float32 blocks through a table)."""
-        if ldv is not None or paged_v is not None and not half_v or hv:
+        values in place (contiguous rows, or blocks through a table)."""
+        if ldv is not None or paged_v is not None or hv:
             return []
-        if half_v:
-            assert paged_v is not None
-            return converted_rows(contract.v, paged_v, "vt", e)
         return pack_v("vt")
 
     def sweep(stage_ids: list[int], rolling: bool, with_contract: bool, ind: str,
@@ -605,12 +593,12 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
                 body.append("            }")
                 body.append("        }")
         body.append("    }")
-        if with_contract and paged_v is not None and (not half_v or hv):
+        if with_contract and paged_v is not None:
             mm = f"braze_mm_{hv}(nq, {e}, len, wt + jb, {BK}, xp, {paged_v[0]}, ot, {e});" if hv else \
                 f"braze_mm(nq, {e}, len, wt + jb, {BK}, xp, {paged_v[0]}, ot, {e}, 1);"
             body += blockwise(contract.v, paged_v, mm)
         elif with_contract and hv:
-            body.append(f"    braze_mm_{hv}(nq, {e}, nk, wt, {BK}, {v_at}, {row_stride(contract.v, n_outer)}, ot, {e});")
+            body.append(f"    braze_mm_{hv}(nq, {e}, nk, wt, {BK}, {v_at}, {half_ld(contract.v)}, ot, {e});")
         elif with_contract:
             body.append(f"    braze_mm(nq, {e}, nk, wt, {BK}, vtp, {e if ldv is None else ldv}, ot, {e}, 1);")
         body.append("}")
