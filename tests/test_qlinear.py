@@ -238,23 +238,25 @@ def _cpu_has(flag: str) -> bool:
         return False
 
 
-# Each instruction set's build of the int8x2 strips: 512-bit VNNI (x rows in the lanes),
-# 256-bit AVX-VNNI (W's blocks in the lanes) and plain C. Where the CPU lacks one, the
-# build is compiled and not run (its instructions would fault).
-VECTOR_BUILDS = {"native": ((), None), "no-avx512": (("-mno-avx512f",), None),
-                 "avx-vnni": (("-mno-avx512f", "-mavxvnni"), "avx_vnni")}
+# Each instruction set's build of the int8x2 kernels: 512-bit VNNI (x rows in the lanes),
+# 256-bit AVX-VNNI (W's blocks in the lanes), AVX2 without VNNI (x as int16, vpmaddwd)
+# and plain C. Where the CPU lacks one, the build is compiled and not run (its
+# instructions would fault).
+VECTOR_BUILDS = {"native": ((), None), "avx2": (("-mno-avx512f", "-mno-avxvnni"), "avx2"),
+                 "avx-vnni": (("-mno-avx512f", "-mavxvnni"), "avx_vnni"), "plain": (("-mno-avx2",), None)}
 
 
 @pytest.mark.parametrize("build", list(VECTOR_BUILDS))
 @pytest.mark.parametrize("qtype", [GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K],
                          ids=lambda t: t.name)
 def test_batched_rows_on_every_vector_width(qtype: GGMLType, build: str) -> None:
-    """Many x rows in int8x2 (the strips: groups of 16 rows, passes of 64, a last group
-    of 1..15): every row within its rounding bound of the float64 product."""
+    """One x row (the matrix-vector dot) and many in int8x2 (the strips: groups of 16
+    rows, passes of 64, a last group of 1..15): every row within its rounding bound of
+    the float64 product."""
     flags, needs = VECTOR_BUILDS[build]
     n, k = 21, 512
     w, wf = weight(qtype, n, k, seed=7)
-    for m in (2, 9, 17, 70):
+    for m in (1, 2, 9, 17, 70):
         fn = built_kernel(qtype, m, n, k, 3, flags)
         if needs and not _cpu_has(needs):
             continue  # built, not run

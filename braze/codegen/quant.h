@@ -35,6 +35,11 @@ typedef void (*braze_rowf_fn)(const uint8_t *w, int64_t k, float *out);
 #define BRAZE_QNT BRAZE_NB       /* columns of y per GEMM tile: one 6-row block's width */
 #define BRAZE_QKC 256            /* k per step of the GEMM: the tile's slice stays in L1 */
 #define BRAZE_QFEW 8             /* up to this many x rows: the matrix-vector path (modes 0-2, float types) */
+#ifdef BRAZE_X16
+#define BRAZE_QGEMM_MIN 40       /* int8x2 without VNNI: from this many x rows the float GEMM, not the strips */
+#else
+#define BRAZE_QGEMM_MIN INT64_MAX
+#endif
 #define BRAZE_QG 16              /* x rows per group of the strips (mode 3): a 512-bit register's int32 lanes */
 #define BRAZE_QPASS 64           /* x rows per pass of the strips over a block of columns (their sums' tile) */
 #define BRAZE_QPAR_MIN (1 << 16) /* weights bytes below which one thread does it all */
@@ -146,53 +151,85 @@ static void braze_qrows(int64_t n, const void *ids, int ids64, const uint8_t *w,
 /* 512-bit VNNI: x rows in the lanes (braze_qx_tile below), not W's blocks */
 #define BRAZE_QX 1
 #define BRAZE_QS 32
-#elif defined(BRAZE_VNNI)
+#elif defined(BRAZE_VNNI) || defined(BRAZE_AVX2)
+/* 256 bits: AVX-VNNI's two vpdpbusd a block, or without VNNI (BRAZE_X16) x as int16
+ * and braze_x16_dot's vpmaddwd */
 #define BRAZE_QS 32
 typedef __m256 braze_qsv;
 typedef __m256i braze_qsi;
 static inline braze_qsi braze_qs_ld(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-static inline braze_qsv braze_qs_dot(braze_qsi q, braze_qsi xh, braze_qsi xl) {
-    __m256i p = BRAZE_DPBUSD(_mm256_setzero_si256(), q, xh);
-    return _mm256_cvtepi32_ps(BRAZE_DPBUSD(_mm256_slli_epi32(p, 7), q, xl));
-}
 static inline braze_qsv braze_qs_scale(const float *s, const int CH) {
     return CH == 16 ? _mm256_set_m128(_mm_broadcast_ss(s + 1), _mm_broadcast_ss(s)) : _mm256_broadcast_ss(s);
 }
 static inline braze_qsv braze_qs_fma(braze_qsv a, braze_qsv b, braze_qsv c) { return _mm256_fmadd_ps(a, b, c); }
 static inline float braze_qs_sum(braze_qsv a) { return braze_qacc_sum(a); }
+#ifdef BRAZE_X16
+static inline braze_qsv braze_qs_dot(braze_qsi q, braze_qsi xa, braze_qsi xb) {
+    return _mm256_cvtepi32_ps(braze_x16_dot(q, xa, xb));
+}
+/* x row's (int16) 32 values from e, in two registers */
+static inline void braze_qs_ldx(const int8_t *row, int64_t kp, int64_t e, braze_qsi *xh, braze_qsi *xl) {
+    (void)kp; *xh = braze_qs_ld(row + 2 * e); *xl = braze_qs_ld(row + 2 * e + 32);
+}
+#define BRAZE_QSTRIP_M 2  /* 16 registers: 4 x 2 sums (4 x 4 spilled) */
 #else
-/* plain C: the two chunks of 16 of a block of 32, as braze_qblock's loop takes them */
+static inline braze_qsv braze_qs_dot(braze_qsi q, braze_qsi xh, braze_qsi xl) {
+    __m256i p = BRAZE_DPBUSD(_mm256_setzero_si256(), q, xh);
+    return _mm256_cvtepi32_ps(BRAZE_DPBUSD(_mm256_slli_epi32(p, 7), q, xl));
+}
+/* x row's (hi and lo halves kp apart) 32 values from e */
+static inline void braze_qs_ldx(const int8_t *row, int64_t kp, int64_t e, braze_qsi *xh, braze_qsi *xl) {
+    *xh = braze_qs_ld(row + e); *xl = braze_qs_ld(row + kp + e);
+}
+#define BRAZE_QSTRIP_M 4  /* x rows per pass over a strip: R x M sums and R rows of q in registers */
+#endif
+#else
+/* plain C: x as int16 (BRAZE_X16), the two chunks of 16 of a block of 32 */
 #define BRAZE_QS 32
 typedef float braze_qsv __attribute__((vector_size(8)));
 typedef const void *braze_qsi;
 static inline braze_qsi braze_qs_ld(const void *p) { return p; }
-static inline braze_qsv braze_qs_dot(braze_qsi q, braze_qsi xh, braze_qsi xl) {
+static inline braze_qsv braze_qs_dot(braze_qsi q, braze_qsi xv, braze_qsi unused) {
+    (void)unused;
     braze_qsv r;
     for (int c = 0; c < 2; c++) {
         int32_t t = 0;
         for (int i = 16 * c; i < 16 * c + 16; i++)
-            t += (int32_t)((const uint8_t *)q)[i] * (128 * (int32_t)((const int8_t *)xh)[i] + ((const int8_t *)xl)[i]);
+            t += (int32_t)((const uint8_t *)q)[i] * ((const int16_t *)xv)[braze_x16_pos(i)];
         r[c] = (float)t;
     }
     return r;
 }
+static inline void braze_qs_ldx(const int8_t *row, int64_t kp, int64_t e, braze_qsi *xh, braze_qsi *xl) {
+    (void)kp; *xh = row + 2 * e; *xl = NULL;
+}
+#define BRAZE_QSTRIP_M 4
 static inline braze_qsv braze_qs_scale(const float *s, const int CH) { return (braze_qsv){s[0], s[CH == 16]}; }
 static inline braze_qsv braze_qs_fma(braze_qsv a, braze_qsv b, braze_qsv c) { return a * b + c; }
 static inline float braze_qs_sum(braze_qsv a) { return a[0] + a[1]; }
 #endif
 #define BRAZE_QSTRIP_R 4  /* rows of W per strip */
-#define BRAZE_QSTRIP_M 4  /* x rows per pass over a strip: R x M sums and R rows of q in registers */
+#ifndef BRAZE_QSTRIP_M
+#define BRAZE_QSTRIP_M 4  /* x rows per pass over a strip (512-bit VNNI: its own tile) */
+#endif
 static inline int64_t braze_qs_pad(int64_t k) { return (k + BRAZE_QS - 1) / BRAZE_QS * BRAZE_QS; }
 
 /* x's row r (at xr) as the dots of MODE read it, once per call: its sums per chunk of CH
  * (for the strips lane r % BRAZE_QG of its group's, xs[(g * nch + c) * BRAZE_QG + ...];
  * else row-major), and its int8, int8x2 (hi then lo, rows padded with zeros to a whole
  * step) or int16 blocks of 32 and their scales dx */
-static inline __attribute__((always_inline)) void braze_qx_row(const int MODE, const int CH, int strips, int64_t r,
-        const float *xr, int64_t k, float *xs, float *dx, char *xq) {
+static inline __attribute__((always_inline)) void braze_qx_row(const int MODE, const int CH, int strips, int nat,
+        int64_t r, const float *xr, int64_t k, float *xs, float *dx, char *xq) {
     const int64_t kx = MODE == 3 ? braze_qs_pad(k) : k, nch = k / CH, xsz = MODE == 1 ? 1 : 2;
     float *sums = strips ? xs + r / BRAZE_QG * BRAZE_QG * nch + r % BRAZE_QG : xs + r * nch;
     braze_chunk_sums(xr, k, CH, sums, strips ? BRAZE_QG : 1);
+#ifdef BRAZE_X16
+    if (MODE == 3) {  /* int16, the same integers */
+        int16_t *v = (int16_t *)xq + r * kx;
+        braze_quantize_x16(xr, k, v, dx + r * (kx / 32), nat);
+        memset(v + k, 0, (size_t)(kx - k) * 2); memset(dx + r * (kx / 32) + k / 32, 0, (size_t)(kx - k) / 32 * 4);
+    } else
+#endif
     if (MODE == 1 || MODE == 3) {
         int8_t *hi = (int8_t *)xq + r * kx * xsz, *lo = MODE == 3 ? hi + kx : NULL;
         braze_quantize_row(xr, k, hi, lo, dx + r * (kx / 32));
@@ -398,7 +435,7 @@ static inline void braze_qs_prepare(int64_t m, int64_t kp, const char **xq, cons
 static inline int64_t braze_qs_xstep(int64_t kp) { return BRAZE_QG * 2 * kp; }
 static inline int64_t braze_qs_dstep(int64_t kp) { return BRAZE_QG * (kp / 32); }
 /* R rows of q (kp bytes apart, scales s kp / CH apart) against MT x rows (hi then lo
- * bytes, 2 kp apart; dx kp / 32 apart): dot[x * R + r], without the offsets */
+ * bytes, or int16, 2 kp bytes apart; dx kp / 32 apart): dot[x * R + r], without the offsets */
 static inline __attribute__((always_inline)) void braze_qs_tile(const int R, const int MT, const int CH,
         int64_t kp, const uint8_t *restrict q, const float *restrict s, const int8_t *restrict xq,
         const float *restrict dx, float *restrict dot) {
@@ -413,8 +450,8 @@ static inline __attribute__((always_inline)) void braze_qs_tile(const int R, con
             sv[r] = braze_qs_scale(s + r * (kp / CH) + e / CH, CH);
         }
         for (int x = 0; x < MT; x++) {
-            const int8_t *xr = xq + 2 * x * kp + e;
-            braze_qsi xh = braze_qs_ld(xr), xl = braze_qs_ld(xr + kp);
+            braze_qsi xh, xl;
+            braze_qs_ldx(xq + 2 * x * kp, kp, e, &xh, &xl);
             braze_qsv dv = braze_qs_scale(dx + x * (kp / 32) + e / 32, 32);
             for (int r = 0; r < R; r++) acc[x][r] = braze_qs_fma(braze_qs_dot(qv[r], xh, xl), sv[r] * dv, acc[x][r]);
         }
@@ -433,9 +470,12 @@ static inline __attribute__((always_inline)) void braze_qs_dots(const int R, con
         const int8_t *xr = (const int8_t *)xq + x0 * 2 * kp;
         const float *dr = dx + x0 * (kp / 32);
         /* MT a literal: the sums stay in registers */
+#if BRAZE_QSTRIP_M >= 4
         if (mt == 4) braze_qs_tile(R, 4, CH, kp, q, s, xr, dr, dot);
         else if (mt == 3) braze_qs_tile(R, 3, CH, kp, q, s, xr, dr, dot);
-        else if (mt == 2) braze_qs_tile(R, 2, CH, kp, q, s, xr, dr, dot);
+        else
+#endif
+        if (mt == 2) braze_qs_tile(R, 2, CH, kp, q, s, xr, dr, dot);
         else braze_qs_tile(R, 1, CH, kp, q, s, xr, dr, dot);
         for (int64_t x = 0; x < mt; x++)
             for (int r = 0; r < R; r++) out[(x0 + x) * BRAZE_QEPN + r] = dot[x * R + r];
@@ -453,7 +493,26 @@ static inline __attribute__((always_inline)) void braze_qs_dots(const int R, con
  * measured the same and keeps braze_mv's (bench/RESULTS.md, eleventh session).
  * BRAZE_MV1_##T says which. With 512-bit VNNI two blocks an iteration
  * (BRAZE_MV1_PAIRS): the same integers and products, summed in another order. */
-#if defined(BRAZE_VNNI) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#if defined(BRAZE_VNNI) && defined(__AVX512BW__) && defined(__AVX512VL__) || defined(BRAZE_X16) && defined(BRAZE_AVX2) && defined(__F16C__)
+/* x's block b of one row in two registers, and W's 32 bytes q dotted with it: int8x2's
+ * hi and lo halves (kp apart) with VNNI, else int16 (BRAZE_X16) */
+static inline __attribute__((always_inline)) void braze_mv1_x(const void *x, int64_t kp, int64_t b, __m256i *xa,
+                                                              __m256i *xb) {
+#ifdef BRAZE_X16
+    (void)kp;
+    *xa = _mm256_loadu_si256((const __m256i *)((const int16_t *)x + 32 * b));
+    *xb = _mm256_loadu_si256((const __m256i *)((const int16_t *)x + 32 * b + 16));
+}
+static inline __m256i braze_mv1_dot(__m256i q, __m256i xa, __m256i xb) { return braze_x16_dot(q, xa, xb); }
+#else
+    *xa = _mm256_loadu_si256((const __m256i *)((const int8_t *)x + 32 * b));
+    *xb = _mm256_loadu_si256((const __m256i *)((const int8_t *)x + kp + 32 * b));
+}
+static inline __m256i braze_mv1_dot(__m256i q, __m256i xa, __m256i xb) {
+    const __m256i p = BRAZE_DPBUSD(_mm256_setzero_si256(), q, xa);
+    return _mm256_add_epi32(_mm256_slli_epi32(p, 7), BRAZE_DPBUSD(_mm256_setzero_si256(), q, xb));
+}
+#endif
 /* braze_nibbles32's values in a register: spelled in intrinsics, as its shufflevector
  * compiled here they were 3-5% slower (Q4_0, Q4_1 at one row) */
 static inline __m256i braze_qr_nibbles(const uint8_t *p) {
@@ -479,6 +538,44 @@ static inline __m256i braze_qr_q8_0(const uint8_t *b, float *s, float *o) {
     *s = braze_q_f16(b); *o = -128.0f * *s;
     return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 2)), _mm256_set1_epi8((char)0x80));
 }
+/* A block's integer dot with x's block (xa, xb), its scale and offset: W's unpacked bytes
+ * against x as braze_mv1_x reads it. With int16 x, Q4_0, Q4_1 and Q8_0 take x in
+ * element order (BRAZE_X16NAT_##T: braze_qx_row lays it out so for one row) and widen
+ * W's values to int16 straight from the block: the nibbles' 16 bytes zero-extended once,
+ * low nibbles by a mask and high ones by a shift; Q8_0's bytes sign-extended, its offset
+ * 0 (the same sums: -128 d times x's sum is what xor 0x80 added). No byte vector to
+ * build and widen again: 20-25% fewer instructions a block. */
+#define BRAZE_QD_BYTES(T)                                                                                     \
+static inline __attribute__((always_inline)) __m256i braze_qd_##T(const uint8_t *b, float *s, float *o,      \
+                                                                  __m256i xa, __m256i xb) {                   \
+    return braze_mv1_dot(braze_qr_##T(b, s, o), xa, xb);                                                     \
+}
+#if defined(BRAZE_X16)
+static inline __m256i braze_qd_nibbles(const uint8_t *p, __m256i xa, __m256i xb) {
+    const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(v, _mm256_set1_epi16(15)), xa),
+                            _mm256_madd_epi16(_mm256_srli_epi16(v, 4), xb));
+}
+static inline __m256i braze_qd_q4_0(const uint8_t *b, float *s, float *o, __m256i xa, __m256i xb) {
+    *s = braze_q_f16(b); *o = -8.0f * *s; return braze_qd_nibbles(b + 2, xa, xb);
+}
+static inline __m256i braze_qd_q4_1(const uint8_t *b, float *s, float *o, __m256i xa, __m256i xb) {
+    braze_qr_f16x2(b, s, o); return braze_qd_nibbles(b + 4, xa, xb);
+}
+static inline __m256i braze_qd_q8_0(const uint8_t *b, float *s, float *o, __m256i xa, __m256i xb) {
+    *s = braze_q_f16(b); *o = 0.0f;
+    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 2))), xa),
+                            _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 18))), xb));
+}
+#define BRAZE_X16NAT_q4_0 1
+#define BRAZE_X16NAT_q4_1 1
+#define BRAZE_X16NAT_q8_0 1
+#else
+BRAZE_QD_BYTES(q4_0)
+BRAZE_QD_BYTES(q4_1)
+BRAZE_QD_BYTES(q8_0)
+#endif
+BRAZE_QD_BYTES(q5_0)
 #if defined(__AVX512VNNI__)
 /* Two blocks (at b and b + TS) of 32 in one 512-bit register, element order, and their
  * scales and offsets as [s0, s1, o0, o1]: half the instructions per block of the 256-bit
@@ -555,7 +652,8 @@ static inline __m512i braze_q2_q8_0(const uint8_t *b0, const uint8_t *b1, __m128
 #define BRAZE_MV1_REGS(T, TS)                                                                                 \
 static inline __attribute__((always_inline)) int braze_mv1_##T(const int R, int64_t k, const uint8_t *w,     \
         int64_t ldw, const void *x, const float *dx, const float *xs, float *y) {                            \
-    const int8_t *xh = (const int8_t *)x, *xl = xh + braze_qs_pad(k);                                        \
+    const int64_t kp = braze_qs_pad(k);                                                                      \
+    const int8_t *xh = (const int8_t *)x, *xl = xh + kp; (void)xh; (void)xl;                                 \
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};    \
     float off[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                 \
     int64_t b = 0;                                                                                           \
@@ -563,14 +661,12 @@ static inline __attribute__((always_inline)) int braze_mv1_##T(const int R, int6
     for (; b < k / 32; b++) {                                                                                \
         for (int r = 0; r < R; r++)  /* as braze_mv: 8R rows ahead into L2 */                                \
             for (int l = 0; l < TS; l += 64) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS + l, 0, 2);  \
-        const __m256i xv = _mm256_loadu_si256((const __m256i *)(xh + 32 * b));                               \
-        const __m256i xw = _mm256_loadu_si256((const __m256i *)(xl + 32 * b));                               \
+        __m256i xv, xw;                                                                                      \
+        braze_mv1_x(x, kp, b, &xv, &xw);                                                                     \
         for (int r = 0; r < R; r++) {                                                                        \
             float s, o;                                                                                      \
-            const __m256i qv = braze_qr_##T(w + r * ldw + b * TS, &s, &o);                                   \
+            const __m256i p = braze_qd_##T(w + r * ldw + b * TS, &s, &o, xv, xw);                            \
             off[r] += o * xs[b];                                                                             \
-            __m256i p = BRAZE_DPBUSD(_mm256_setzero_si256(), qv, xv);                                        \
-            p = _mm256_add_epi32(_mm256_slli_epi32(p, 7), BRAZE_DPBUSD(_mm256_setzero_si256(), qv, xw));     \
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(s * dx[b]), acc[r]);              \
         }                                                                                                    \
     }                                                                                                        \
@@ -580,6 +676,7 @@ static inline __attribute__((always_inline)) int braze_mv1_##T(const int R, int6
 #else
 #define BRAZE_MV1_REGS BRAZE_MV1_NONE
 #endif
+
 /* the other types (and without AVX-512): none, braze_mv unpacks */
 #define BRAZE_MV1_NONE(T, TS)                                                                                 \
 static inline int braze_mv1_##T(const int R, int64_t k, const uint8_t *w, int64_t ldw, const void *x,         \
@@ -587,6 +684,19 @@ static inline int braze_mv1_##T(const int R, int64_t k, const uint8_t *w, int64_
     (void)R; (void)k; (void)w; (void)ldw; (void)x; (void)dx; (void)xs; (void)y;                             \
     return 0;                                                                                                \
 }
+/* x in element order for one row (int16 x, braze_qd_##T): 0 where braze_x16_dot's order */
+#ifndef BRAZE_X16NAT_q4_0
+#define BRAZE_X16NAT_q4_0 0
+#define BRAZE_X16NAT_q4_1 0
+#define BRAZE_X16NAT_q8_0 0
+#endif
+#define BRAZE_X16NAT_q5_0 0
+#define BRAZE_X16NAT_q5_1 0
+#define BRAZE_X16NAT_q2_k 0
+#define BRAZE_X16NAT_q3_k 0
+#define BRAZE_X16NAT_q4_k 0
+#define BRAZE_X16NAT_q5_k 0
+#define BRAZE_X16NAT_q6_k 0
 #define BRAZE_MV1_q4_0 BRAZE_MV1_REGS
 #define BRAZE_MV1_q4_1 BRAZE_MV1_REGS
 #define BRAZE_MV1_q5_0 BRAZE_MV1_REGS
@@ -738,8 +848,7 @@ static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int6
             braze_offsets(BS / CH, o[r], xs + b * (BS / CH), &offv[r], &off[r]);                             \
             if (MODE == 0) braze_fblock(BS, CH, q[r], s[r], (const float *)x + b * BS, &accf[r]);            \
             else if (MODE == 1) braze_qblock(BS, CH, q[r], s[r], (const int8_t *)x + b * BS, NULL, d, &acci[r]); \
-            else if (MODE == 3)                                                                              \
-                braze_qblock(BS, CH, q[r], s[r], (const int8_t *)x + b * BS, (const int8_t *)x + braze_qs_pad(k) + b * BS, d, &acci[r]); \
+            else if (MODE == 3) braze_qblock_x2(BS, CH, q[r], s[r], x, braze_qs_pad(k), b * BS, d, &acci[r]);    \
             else braze_wblock(BS, CH, q[r], s[r], (const int16_t *)x + b * BS, d, &accf[r]);                 \
         }                                                                                                    \
     }                                                                                                        \
@@ -757,8 +866,9 @@ static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, i
         int64_t nthreads) {                                                                                  \
     if (pro) { x = braze_qprologue(m, k, pro, args); lda = k; }                                              \
     /* many rows: the GEMM on W dequantized to float, but in mode 3, where the strips (below) \
-     * take every x row: 1.4-2x the GEMM's speed at 128 rows, 2-5x at 9-16 (bench/RESULTS.md) */      \
-    if (MODE != 3 && m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, braze_rowf_##T); return; } \
+     * take every x row: 1.4-2x the GEMM's speed at 128 rows, 2-5x at 9-16 (bench/RESULTS.md); \
+     * without VNNI (int16 dots) only to BRAZE_QGEMM_MIN rows: 1.5-2x the GEMM at 16, 0.6x at 128 */  \
+    if ((MODE != 3 || m >= BRAZE_QGEMM_MIN) && m > BRAZE_QFEW) { braze_qlinear_gemm(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, braze_rowf_##T); return; } \
     /* x, once per call: sums per chunk for the offsets; int8/int16 blocks and their scales */             \
     const int64_t xsz = MODE == 1 ? 1 : 2;  /* bytes of x per element: int8x2 keeps hi then lo per row */    \
     const int64_t kx = MODE == 3 ? braze_qs_pad(k) : k;  /* the strips' rows are padded with zeros */        \
@@ -769,7 +879,8 @@ static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, i
     float *dx = xs + nxs * nch;                                                                              \
     if (strips) memset(xs, 0, (size_t)nxs * nch * 4);  /* the lanes past m */                              \
     char *xq = (char *)(dx + m * (kx / 32));                                                                 \
-    for (int64_t r = 0; r < m; r++) braze_qx_row(MODE, CH, strips, r, x + r * lda, k, xs, dx, xq);           \
+    for (int64_t r = 0; r < m; r++)                                                                          \
+        braze_qx_row(MODE, CH, strips, !strips && BRAZE_X16NAT_##T, r, x + r * lda, k, xs, dx, xq);           \
     /* one row: braze_mv, its unpack in registers; more (mode 3): the strips, each in its own parallel loop */ \
     if (MODE == 3 && m > 1) {                                                                                \
         const char *xl = xq; const float *dl = dx;                                                          \

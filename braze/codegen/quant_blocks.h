@@ -9,6 +9,18 @@
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__) || defined(__AVXVNNI__)
 #define BRAZE_VNNI 1
 #endif
+#if defined(__AVX2__) && defined(__FMA__)
+#define BRAZE_AVX2 1
+#endif
+/* Without VNNI, int8x2's x (mode 3, codegen/quant.py) is kept as its 15-bit integers
+ * themselves, int16, instead of two int8 halves: the same integers (v = 128 hi + lo), so
+ * the same dots, taken by AVX2's vpmaddwd 16 products an instruction (vpmaddubsw on the
+ * halves would saturate: W's bytes reach 255, and 2 x 255 x 127 passes int16). A block of
+ * 32 is stored in the order 0-7, 16-23, 8-15, 24-31, which W's 32 bytes widen to with
+ * unpacklo/unpackhi, no lane crossing (braze_x16_dot). */
+#ifndef BRAZE_VNNI
+#define BRAZE_X16 1
+#endif
 #if defined(BRAZE_VNNI) || defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -70,6 +82,16 @@ static inline braze_u8x32 braze_bits32(const uint8_t *qh) {
     uint32_t h;
     memcpy(&h, qh, 4);
     return (braze_u8x32)_mm256_movm_epi8(h) & 16;  /* one instruction: bit i -> byte i */
+#elif defined(__AVX2__)
+    /* byte i of the word to byte i / 8 of a lane (each lane holds the 4 bytes), then its
+     * bit i % 8 tested: the vector initializer below compiled to 32 byte inserts, and
+     * made Q5_0 4x slower than Q4_1 at one row */
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    const __m256i idx = _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), idx), bit);
+    return (braze_u8x32)_mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(16));
 #endif
     const braze_u8x32 sel = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
                              1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
@@ -300,9 +322,40 @@ static inline void braze_quantize_row(const float *x, int64_t k, int8_t *q, int8
     }
 }
 
+/* x row -> int8x2's integers as int16 (BRAZE_X16), per block of 32 in braze_x16_dot's
+ * order or, with nat, in element order: the same scale and rounding as
+ * braze_quantize_row's, 128 hi + lo */
+static inline int braze_x16_pos(int i) { return (i & 7) | ((i & 8) << 1) | ((i & 16) >> 1); }
+static inline void braze_quantize_x16(const float *x, int64_t k, int16_t *v, float *d, int nat) {
+    for (int64_t b = 0; b < k / 32; b++) {
+        const float *xb = x + 32 * b;
+        int16_t *vb = v + 32 * b;
+#ifdef BRAZE_AVX2
+        /* max ignores nan as the scalar compare does; the conversion rounds as lrintf */
+        const __m256 sign = _mm256_set1_ps(-0.0f);
+        __m256 t[4], m = _mm256_setzero_ps();
+        for (int j = 0; j < 4; j++) { t[j] = _mm256_loadu_ps(xb + 8 * j); m = _mm256_max_ps(_mm256_andnot_ps(sign, t[j]), m); }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        const float dd = _mm_cvtss_f32(h) / 16256.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        __m256i q[4];
+        for (int j = 0; j < 4; j++) q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(t[j], _mm256_set1_ps(id)));
+        d[b] = dd;  /* packs interleaves 128-bit lanes; the permute puts 0-7 before 8-15 (or 16-23) */
+        const int j1 = nat ? 1 : 2, j2 = 3 - j1;
+        _mm256_storeu_si256((__m256i *)vb, _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[j1]), 0xD8));
+        _mm256_storeu_si256((__m256i *)(vb + 16), _mm256_permute4x64_epi64(_mm256_packs_epi32(q[j2], q[3]), 0xD8));
+#else
+        float id;
+        d[b] = braze_block_scale(xb, 16256.0f, &id);
+        for (int i = 0; i < 32; i++) vb[nat ? i : braze_x16_pos(i)] = (int16_t)lrintf(xb[i] * id);
+#endif
+    }
+}
+
 /* One block of W (unpacked: q, per-chunk s and o) dotted with one x row's block at
  * b0 (BS elements): the integer dots scaled into acc (8 lanes), the offsets into off. */
-#ifdef BRAZE_VNNI
+#if defined(BRAZE_VNNI) || defined(BRAZE_AVX2)
 typedef __m256 braze_qacc;
 #define BRAZE_QACC_ZERO _mm256_setzero_ps()
 static inline float braze_qacc_sum(__m256 a) {
@@ -333,6 +386,21 @@ static inline __attribute__((always_inline)) void braze_offsets(const int nch, c
 #else
 #define BRAZE_DPBUSD _mm256_dpbusd_avx_epi32
 #endif
+#if defined(BRAZE_VNNI) || defined(BRAZE_AVX2)
+/* a block of 32's scales s dx in one dot's lanes (CH 16: lanes 0-3 the first chunk's) */
+static inline __m256 braze_qscale8(const int CH, const float *s, int u, float dx) {
+    return CH == 32 ? _mm256_set1_ps(s[u] * dx) : _mm256_set_m128(_mm_set1_ps(s[2 * u + 1] * dx), _mm_set1_ps(s[2 * u] * dx));
+}
+#endif
+#ifdef BRAZE_AVX2
+/* W's 32 bytes (element order) dotted with x's 32 int16 (xa, xb: braze_quantize_x16's
+ * order): int32 lanes 0-3 sum elements 0-15, lanes 4-7 elements 16-31, as vpdpbusd's */
+static inline __m256i braze_x16_dot(__m256i q, __m256i xa, __m256i xb) {
+    const __m256i z = _mm256_setzero_si256();
+    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_unpacklo_epi8(q, z), xa),
+                            _mm256_madd_epi16(_mm256_unpackhi_epi8(q, z), xb));
+}
+#endif
 /* xl: the low parts of x (int8x2) or NULL (int8), a constant where inlined */
 static inline __attribute__((always_inline)) void braze_qblock(const int BS, const int CH,
         const uint8_t *restrict q, const float *restrict s, const int8_t *restrict xq, const int8_t *restrict xl,
@@ -346,17 +414,51 @@ static inline __attribute__((always_inline)) void braze_qblock(const int BS, con
          * shift it waited on the hi dot's latency */
         if (xl) p = _mm256_add_epi32(_mm256_slli_epi32(p, 7), BRAZE_DPBUSD(_mm256_setzero_si256(), qv,
                                      _mm256_loadu_si256((const __m256i *)(xl + 32 * u))));
-        __m256 sv = CH == 32 ? _mm256_set1_ps(s[u] * dx[u])
-                             : _mm256_set_m128(_mm_set1_ps(s[2 * u + 1] * dx[u]), _mm_set1_ps(s[2 * u] * dx[u]));
-        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sv, *acc);
+        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), braze_qscale8(CH, s, u, dx[u]), *acc);
     }
 #else
     for (int c = 0; c < BS / 16; c++) {
         int32_t t = 0;
         for (int i = 0; i < 16; i++)
             t += (int32_t)q[16 * c + i] * (xl ? 128 * (int32_t)xq[16 * c + i] + xl[16 * c + i] : (int32_t)xq[16 * c + i]);
+#ifdef BRAZE_AVX2
+        (*acc)[0] += s[c * 16 / CH] * dx[c / 2] * (float)t;  /* int8 (mode 1, which only tests build) */
+#else
         *acc += s[c * 16 / CH] * dx[c / 2] * (float)t;
+#endif
     }
+#endif
+}
+#ifdef BRAZE_X16
+/* braze_qblock for int8x2's x as int16 (BRAZE_X16), x at the block's first element */
+static inline __attribute__((always_inline)) void braze_qblock16(const int BS, const int CH,
+        const uint8_t *restrict q, const float *restrict s, const int16_t *restrict xv, const float *restrict dx,
+        braze_qacc *acc) {
+    for (int u = 0; u < BS / 32; u++) {
+#ifdef BRAZE_AVX2
+        const __m256i p = braze_x16_dot(_mm256_loadu_si256((const __m256i *)(q + 32 * u)),
+                                        _mm256_loadu_si256((const __m256i *)(xv + 32 * u)),
+                                        _mm256_loadu_si256((const __m256i *)(xv + 32 * u + 16)));
+        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), braze_qscale8(CH, s, u, dx[u]), *acc);
+#else
+        for (int c = 0; c < 2; c++) {
+            int32_t t = 0;
+            for (int i = 16 * c; i < 16 * c + 16; i++) t += (int32_t)q[32 * u + i] * xv[32 * u + braze_x16_pos(i)];
+            *acc += s[(32 * u + 16 * c) / CH] * dx[u] * (float)t;
+        }
+#endif
+    }
+}
+#endif
+/* int8x2's dot of a block with x's row x (as braze_qx_row lays it out, rows of kp) at element b0 */
+static inline __attribute__((always_inline)) void braze_qblock_x2(const int BS, const int CH,
+        const uint8_t *restrict q, const float *restrict s, const void *x, int64_t kp, int64_t b0,
+        const float *restrict dx, braze_qacc *acc) {
+#ifdef BRAZE_X16
+    (void)kp;
+    braze_qblock16(BS, CH, q, s, (const int16_t *)x + b0, dx, acc);
+#else
+    braze_qblock(BS, CH, q, s, (const int8_t *)x + b0, (const int8_t *)x + kp + b0, dx, acc);
 #endif
 }
 
