@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -17,17 +16,9 @@ if importlib.util.find_spec("triton") is None:
 
 import braze
 from braze.runtime.cuda_probe import gpu_count
-from braze.stream import fusion_enabled
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    if not fusion_enabled():  # the suite's reference pass (BRAZE_FUSION=0): these tests set it themselves
-        same = pytest.mark.skip(reason="the same run as in the fused pass: the interpret fixture below fuses "
-                                       "in both, and each test computes its reference with BRAZE_FUSION=0 itself")
-        here = Path(__file__).parent
-        for item in items:
-            if here in Path(str(item.fspath)).parents:
-                item.add_marker(same)
     if gpu_count() == 0:
         skip = pytest.mark.skip(reason="needs a GPU: cuda.core finds none on this machine (these test the "
                                        "device runtime itself, which Triton's interpreter does not stand in for)")

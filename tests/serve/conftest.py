@@ -7,29 +7,14 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-
-from braze.stream import fusion_enabled
 
 #: an engine small enough for this machine: tests ask for a few tokens each
 MAX_BATCH, CTX, QUEUE_LIMIT = 4, 512, 8
 API_KEY = "sk-test-0123456789"
 START_TIMEOUT_S = 60.0
-
-
-def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    """The suite's reference pass (BRAZE_FUSION=0) skips this directory: with the fixture
-    below (and the Ray cluster's CLUSTER_ENV) every test here is the fused pass's again."""
-    if fusion_enabled():
-        return
-    same = pytest.mark.skip(reason="the same run as in the fused pass: the engine fuses in both (the fused fixture)")
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(same)
 
 
 @pytest.fixture(autouse=True)
