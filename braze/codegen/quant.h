@@ -60,6 +60,20 @@ static inline int64_t braze_qep_cols(int64_t n, int64_t threads) {
     return n >= 8 * BRAZE_QEPN * threads ? BRAZE_QEPN : 16;
 }
 
+/* The matrix-vector kernels' software prefetch, into L2 (prefetcht1): the R rows 8
+ * groups ahead (8R rows), this step's share of them in address order (at..at+bytes of
+ * each row, R rows: the rows are contiguous, so R x bytes from at R on). The kernels
+ * read R rows side by side; prefetching each row at the place being read (R streams
+ * ldw apart) streamed a 60 MB Q8_0 matrix at 11 GB/s on the AVX2 EPYC, in address
+ * order at 16-17 (its DRAM's plain sequential read: 18.7), and a decoding step of the
+ * Q8_0 file went from 15 to 10 ms (bench/RESULTS.md, nineteenth session). With none,
+ * 6 GB/s; into L1, the L1's few miss buffers fill. */
+static inline __attribute__((always_inline)) void braze_qpf(const uint8_t *w, int64_t ldw, const int R, int64_t at,
+                                                            const int bytes) {
+    const uint8_t *g = w + 8 * R * ldw + at * R;
+    for (int l = 0; l < R * bytes; l += 64) __builtin_prefetch(g + l, 0, 2);
+}
+
 /* The GEMM path's tile: NT rows of W, already dequantized to float
  * (rows, nt x k), transposed slice by slice of k into wt (the k x NT tile braze_mm
  * reads), then y[:, n0:n0+nt] (+)= x[:, slice] @ wt. */
@@ -625,8 +639,7 @@ static inline __m512i braze_q2_q8_0(const uint8_t *b0, const uint8_t *b1, __m128
     __m512 acc2[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};   \
     __m128 off2[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};               \
     for (; b + 2 <= k / 32; b += 2) {                                                                        \
-        for (int r = 0; r < R; r++)  /* as braze_mv: 8R rows ahead into L2 */                                \
-            for (int l = 0; l < 2 * TS; l += 64) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS + l, 0, 2); \
+        braze_qpf(w, ldw, R, b * TS, 2 * TS);                                                                \
         const __m512i xv = _mm512_loadu_si512((const void *)(xh + 32 * b));                                  \
         const __m512i xw = _mm512_loadu_si512((const void *)(xl + 32 * b));                                  \
         const __m128 xd = _mm_castsi128_ps(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(dx + b)),   \
@@ -659,8 +672,7 @@ static inline __attribute__((always_inline)) int braze_mv1_##T(const int R, int6
     int64_t b = 0;                                                                                           \
     BRAZE_MV1_PAIRS(T, TS)  /* then any last block alone */                                                  \
     for (; b < k / 32; b++) {                                                                                \
-        for (int r = 0; r < R; r++)  /* as braze_mv: 8R rows ahead into L2 */                                \
-            for (int l = 0; l < TS; l += 64) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS + l, 0, 2);  \
+        braze_qpf(w, ldw, R, b * TS, TS);                                                                    \
         __m256i xv, xw;                                                                                      \
         braze_mv1_x(x, kp, b, &xv, &xw);                                                                     \
         for (int r = 0; r < R; r++) {                                                                        \
@@ -757,7 +769,7 @@ static inline __attribute__((always_inline)) void braze_qstrip_##T(const int R, 
     for (int r = 0; r < R; r++) {                                                                            \
         uint8_t *qr = q + r * kp; float *sr = s + r * (kp / CH);                                             \
         for (int64_t b = 0; b < k / BS; b++) {                                                               \
-            /* 8R rows ahead into L2, as braze_mv does */                                                    \
+            /* 8R rows ahead into L2: this walks one row at a time, in address order already */             \
             for (int l = 0; l < TS; l += 64) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS + l, 0, 2);   \
             braze_unpack_##T(w + r * ldw + b * TS, qr + b * BS, sr + b * (BS / CH), o + r * nch + b * (BS / CH)); \
         }                                                                                                    \
@@ -837,11 +849,7 @@ static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int6
     braze_v8 offv[4] = {{0}, {0}, {0}, {0}};                                                                 \
     for (int64_t b = 0; b < k / BS; b++) {                                                                   \
         uint8_t q[4][BS] __attribute__((aligned(32))); float s[4][BS / CH], o[4][BS / CH];                   \
-        /* 8R rows ahead, into L2 (prefetcht1), every line of the block: the hardware prefetcher    \
-         * alone streamed a 30 MB Q8_0 matrix at 6 GB/s, prefetches into L1 at 8.8 (the L1's few     \
-         * miss buffers), into L2 25 */                                                              \
-        for (int r = 0; r < R; r++)                                                                  \
-            for (int l = 0; l < TS; l += 64) __builtin_prefetch(w + (r + 8 * R) * ldw + b * TS + l, 0, 2); \
+        braze_qpf(w, ldw, R, b * TS, TS);                                                                    \
         for (int r = 0; r < R; r++) braze_unpack_##T(w + r * ldw + b * TS, q[r], s[r], o[r]);                \
         for (int r = 0; r < R; r++) {                                                                        \
             const float *d = dx + b * (BS / 32);                                                             \
@@ -903,8 +911,7 @@ static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int6
     const int64_t es = (int64_t)sizeof(braze_es_##T); /* bytes per element */                                \
     int64_t i = 0;                                                                                           \
     for (; i + BRAZE_VL <= k; i += BRAZE_VL) {                                                               \
-        if ((i * es) % 64 == 0)                                                                              \
-            for (int r = 0; r < R; r++) __builtin_prefetch(w + (r + 8 * R) * ldw + i * es, 0, 2);            \
+        if ((i * es) % 64 == 0) braze_qpf(w, ldw, R, i * es, 64);                                            \
         braze_vf xv = braze_vf_load(x + i);                                                                  \
         for (int r = 0; r < R; r++) acc[r] += braze_ldvf_##T(w + r * ldw, i) * xv;                           \
     }                                                                                                        \
