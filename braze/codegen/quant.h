@@ -754,6 +754,94 @@ static inline int braze_mv1_##T(const int R, int64_t k, const uint8_t *w, int64_
     (void)R; (void)k; (void)w; (void)ldw; (void)x; (void)dx; (void)xs; (void)y;                             \
     return 0;                                                                                                \
 }
+#if defined(BRAZE_X16) && defined(BRAZE_AVX2)
+/* Q4_K and Q6_K at one row with int16 x: a superblock's 32-element pieces built in
+ * registers and dotted by braze_x16_dot (x in its order), their chunk scales times x's
+ * block scales as vectors (one per 8 chunks; a dot's scale picked by a permute), the
+ * offsets one FMA per 8 chunks: the same values as braze_unpack_##T's, without the
+ * scratch's stores and loads and the scalar scale products (braze_mv's path). Two
+ * accumulators a row: eight FMAs a superblock in one chain waited on their latency. */
+static inline __m256 braze_lane(__m256 v, int i0, int i1) {  /* lanes 0-3 v[i0], 4-7 v[i1] */
+    return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(i0, i0, i0, i0, i1, i1, i1, i1));
+}
+static inline __m256 braze_k_bytes8(uint64_t u, int sgn) {  /* 8 bytes as floats */
+    const __m128i v = _mm_cvtsi64_si128((long long)u);
+    return _mm256_cvtepi32_ps(sgn ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v));
+}
+static inline __attribute__((always_inline)) void braze_qk_q4_k(const uint8_t *b, const int16_t *x, const float *dx,
+                                                                const float *xs, __m256 *acc, __m256 *offv) {
+    uint32_t a[3];
+    memcpy(a, b + 4, 12);  /* as braze_k4_scales */
+    const uint64_t sc = (a[0] & 0x3f3f3f3fu) | (uint64_t)((a[2] & 0x0f0f0f0fu) | (((a[0] >> 6) & 0x03030303u) << 4)) << 32;
+    const uint64_t mn = (a[1] & 0x3f3f3f3fu) | (uint64_t)(((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4)) << 32;
+    const __m256 s = _mm256_mul_ps(_mm256_set1_ps(braze_q_f16(b)), braze_k_bytes8(sc, 0));
+    const __m256 o = _mm256_mul_ps(_mm256_set1_ps(-braze_q_f16(b + 2)), braze_k_bytes8(mn, 0));
+    *offv = _mm256_add_ps(*offv, _mm256_mul_ps(o, _mm256_loadu_ps(xs)));
+    const __m256 sd = _mm256_mul_ps(s, _mm256_loadu_ps(dx));
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int j = 0; j < 4; j++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * j));
+        const int16_t *xj = x + 64 * j;
+        const __m256i p0 = braze_x16_dot(_mm256_and_si256(v, m4), _mm256_loadu_si256((const __m256i *)xj),
+                                         _mm256_loadu_si256((const __m256i *)(xj + 16)));
+        const __m256i p1 = braze_x16_dot(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                                         _mm256_loadu_si256((const __m256i *)(xj + 32)),
+                                         _mm256_loadu_si256((const __m256i *)(xj + 48)));
+        acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), braze_lane(sd, 2 * j, 2 * j), acc[0]);
+        acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), braze_lane(sd, 2 * j + 1, 2 * j + 1), acc[1]);
+    }
+}
+static inline __attribute__((always_inline)) void braze_qk_q6_k(const uint8_t *b, const int16_t *x, const float *dx,
+                                                                const float *xs, __m256 *acc, __m256 *offv) {
+    uint64_t sc[2];
+    memcpy(sc, b + 192, 16);
+    const __m256 d = _mm256_set1_ps(braze_q_f16(b + 208)), dx8 = _mm256_loadu_ps(dx);
+    __m256 sd[2];
+    for (int h = 0; h < 2; h++) {  /* as braze_k16_scales: s = d sc, o = -32 s; chunk c of 16 takes dx[c / 2] */
+        const __m256 sv = _mm256_mul_ps(d, braze_k_bytes8(sc[h], 1));
+        *offv = _mm256_add_ps(*offv, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(-32.0f), sv), _mm256_loadu_ps(xs + 8 * h)));
+        sd[h] = _mm256_mul_ps(sv, _mm256_permutevar8x32_ps(dx8, _mm256_setr_epi32(4 * h, 4 * h, 4 * h + 1, 4 * h + 1,
+                                                                                    4 * h + 2, 4 * h + 2, 4 * h + 3, 4 * h + 3)));
+    }
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
+    for (int n = 0; n < 2; n++) {
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(b + 64 * n));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(b + 64 * n + 32));
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * n));
+        const __m256i q[4] = {  /* the fifth and sixth bits moved to bits 4-5 of each byte */
+            _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m2)),
+            _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m2)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(h, m2)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(h, 2), m2))};
+        for (int t = 0; t < 4; t++) {
+            const int16_t *xu = x + 128 * n + 32 * t;
+            const __m256i p = braze_x16_dot(q[t], _mm256_loadu_si256((const __m256i *)xu),
+                                            _mm256_loadu_si256((const __m256i *)(xu + 16)));
+            acc[t & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), braze_lane(sd[n], 2 * t, 2 * t + 1), acc[t & 1]);
+        }
+    }
+}
+#define BRAZE_MV1_K(T, TS, CH)                                                                                \
+static inline __attribute__((always_inline)) int braze_mv1_##T(const int R, int64_t k, const uint8_t *w,     \
+        int64_t ldw, const void *x, const float *dx, const float *xs, float *y) {                            \
+    __m256 acc[4][2], offv[4];                                                                               \
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = offv[r] = _mm256_setzero_ps();                       \
+    for (int64_t b = 0; b < k / 256; b++) {                                                                  \
+        braze_qpf(w, ldw, R, b * TS, TS);                                                                    \
+        for (int r = 0; r < R; r++)                                                                          \
+            braze_qk_##T(w + r * ldw + b * TS, (const int16_t *)x + 256 * b, dx + 8 * b, xs + b * (256 / CH),  \
+                         acc[r], &offv[r]);                                                                  \
+    }                                                                                                        \
+    for (int r = 0; r < R; r++)                                                                              \
+        y[r] = braze_qacc_sum(_mm256_add_ps(acc[r][0], acc[r][1])) + braze_v8_hsum((braze_v8)offv[r]);      \
+    return 1;                                                                                                \
+}
+#define BRAZE_MV1_q4_k(T, TS) BRAZE_MV1_K(T, TS, 32)
+#define BRAZE_MV1_q6_k(T, TS) BRAZE_MV1_K(T, TS, 16)
+#else
+#define BRAZE_MV1_q4_k BRAZE_MV1_NONE
+#define BRAZE_MV1_q6_k BRAZE_MV1_NONE
+#endif
 /* x in element order for one row (int16 x, braze_qd_##T): 0 where braze_x16_dot's order */
 #ifndef BRAZE_X16NAT_q4_0
 #define BRAZE_X16NAT_q4_0 0
@@ -774,9 +862,7 @@ static inline int braze_mv1_##T(const int R, int64_t k, const uint8_t *w, int64_
 #define BRAZE_MV1_q8_0 BRAZE_MV1_REGS
 #define BRAZE_MV1_q2_k BRAZE_MV1_NONE
 #define BRAZE_MV1_q3_k BRAZE_MV1_NONE
-#define BRAZE_MV1_q4_k BRAZE_MV1_NONE
 #define BRAZE_MV1_q5_k BRAZE_MV1_NONE
-#define BRAZE_MV1_q6_k BRAZE_MV1_NONE
 /* out[x * BRAZE_QEPN + r] += the offsets of R W rows (o, nch chunks each) for m x
  * rows: o times x's chunk sums, stored chunk-major per group of BRAZE_QG rows
  * (xs[(g * nch + c) * BRAZE_QG + x % BRAZE_QG]) so that a chunk's sums are one vector, a
