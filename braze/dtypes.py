@@ -1,6 +1,9 @@
 """The element types braze knows, each a thin wrapper over a numpy dtype.
 
-numpy has no bfloat16, so braze uses ``ml_dtypes.bfloat16`` (the type JAX uses). Half
+numpy has no bfloat16, so braze uses ``ml_dtypes.bfloat16`` (the type JAX uses), imported
+the first time bfloat16's numpy type is asked for: the import costs ~8 MiB of a process's
+memory (its tables and shared library), as much as a twelfth of what ``braze generate``
+holds on top of its model file, for a type most quantized models never use. Half
 types (float16, bfloat16) are stored at their width but computed in float32 by the
 reference executor, as PyTorch does on the CPU.
 """
@@ -8,9 +11,8 @@ reference executor, as PyTorch does on the CPU.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-import ml_dtypes
 import numpy
 import numpy as np
 
@@ -28,10 +30,16 @@ class DType:
     #: (elements, bytes) per block for the block-quantized types (kind "block"), whose
     #: storage is the raw bytes of their blocks; None for element types
     block: tuple[int, int] | None = None
+    #: bytes per element (the numpy type's, given where that type loads late)
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.size:
+            object.__setattr__(self, "size", self.np.itemsize)
 
     @property
     def itemsize(self) -> int:
-        return self.np.itemsize
+        return self.size
 
     @property
     def is_floating_point(self) -> bool:
@@ -49,7 +57,7 @@ class DType:
     def nbytes(self, n: int) -> int:
         """Bytes taken by ``n`` elements (for a block type, ``n`` fills whole blocks)."""
         if self.block is None:
-            return n * self.np.itemsize
+            return n * self.size
         return n // self.block[0] * self.block[1]
 
     @property
@@ -74,7 +82,24 @@ class DType:
 float32 = DType("float32", np.dtype(np.float32), "float", "f32")
 float64 = DType("float64", np.dtype(np.float64), "float", "f64")
 float16 = DType("float16", np.dtype(np.float16), "float", "f16")
-bfloat16 = DType("bfloat16", np.dtype(ml_dtypes.bfloat16), "float", "bf16")
+
+
+class _LateDType(DType):
+    """A dtype whose numpy type is imported the first time ``np`` is read (bfloat16's,
+    from ml_dtypes: see the module's docstring)."""
+
+    def __getattr__(self, attr: str) -> Any:  # only for attributes not set: ``np`` until loaded
+        if attr != "np":
+            raise AttributeError(attr)
+        import ml_dtypes
+
+        d = np.dtype(getattr(ml_dtypes, self.name))
+        object.__setattr__(self, "np", d)
+        return d
+
+
+bfloat16 = _LateDType("bfloat16", cast(Any, None), "float", "bf16", None, 2)
+object.__delattr__(bfloat16, "np")
 int8 = DType("int8", np.dtype(np.int8), "int", "i8")
 uint8 = DType("uint8", np.dtype(np.uint8), "uint", "u8")
 int16 = DType("int16", np.dtype(np.int16), "int", "i16")
@@ -91,7 +116,7 @@ for _d in ALL:
     _BY_NAME[_d.name] = _d
     _BY_NAME[_d.short] = _d
 _BY_NAME.update(half=float16, float=float32, double=float64, long=int64, int=int32, bool_=bool_)
-_BY_NP: dict[np.dtype, DType] = {d.np: d for d in ALL}
+_BY_NP: dict[np.dtype, DType] = {d.np: d for d in ALL if d is not bfloat16}  # (its type may not be loaded)
 
 
 def block_dtype(name: str, elements: int, nbytes: int) -> DType:
@@ -107,7 +132,8 @@ def block_dtype(name: str, elements: int, nbytes: int) -> DType:
 
 def from_numpy_dtype(dt: Any, op: str = "from_numpy") -> DType:
     """The braze dtype of a numpy dtype; raises Unsupported for types braze lacks."""
-    d = _BY_NP.get(np.dtype(dt).newbyteorder("="))
+    t = np.dtype(dt).newbyteorder("=")
+    d = bfloat16 if t.name == "bfloat16" and t == bfloat16.np else _BY_NP.get(t)
     if d is None:
         raise Unsupported(op, f"numpy dtype {np.dtype(dt)} has no braze dtype (supported: "
                           f"{', '.join(x.name for x in ALL)})")

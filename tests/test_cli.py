@@ -1,7 +1,9 @@
-"""The braze command, run in-process."""
+"""The braze command, run in-process (and once in a fresh process, for what it imports)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -54,3 +56,17 @@ def test_chat_reads_stdin(monkeypatch: Any, capsys: Any) -> None:
     monkeypatch.setattr("sys.stdin", io.StringIO("What is the capital of France?\n"))
     assert main(["chat", "--max-tokens", "12"]) == 0
     assert "Paris" in capsys.readouterr().out
+
+
+def test_generate_on_a_quantized_file_leaves_ml_dtypes_unimported() -> None:
+    """bfloat16's numpy type (ml_dtypes: ~8 MiB of a process, a twelfth of what braze
+    generate holds besides its file) loads only when bfloat16 is used; the default Q4_1
+    file has none. A fresh process, as ``braze generate`` is one."""
+    code = ("import sys\nfrom braze.cli import main\n"
+            "try:\n    main(['generate', 'The capital of France is', '--max-tokens', '2'])\n"
+            "except SystemExit:\n    pass\n"
+            "assert 'ml_dtypes' not in sys.modules, 'ml_dtypes was imported'\n"
+            "import braze\nassert braze.bfloat16.itemsize == 2 and 'ml_dtypes' not in sys.modules\n"
+            "assert braze.bfloat16.np.name == 'bfloat16' and 'ml_dtypes' in sys.modules\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]

@@ -39,7 +39,7 @@ import numpy as np
 
 from braze.errors import FormatError, MissingWeight
 from braze.io._mmap import MappedFile, MappedReader
-from braze.quant.formats import PLAIN_DTYPES, TYPE_SIZES, GGMLType, is_quantized
+from braze.quant.formats import TYPE_SIZES, GGMLType, is_quantized, plain_dtype
 from braze.quant.tensor import BlockTensor
 
 GGUF_MAGIC = b"GGUF"
@@ -700,7 +700,7 @@ class GGUFFile(MappedReader):
         raw = self.raw(name)
         if is_quantized(info.qtype):
             return BlockTensor(info.qtype, info.shape, raw)
-        return raw.view(PLAIN_DTYPES[info.qtype]).reshape(info.shape)
+        return raw.view(plain_dtype(info.qtype)).reshape(info.shape)
 
     def dequantize(self, name: str) -> np.ndarray:
         """The tensor as float32 (F32 tensors come back as the zero-copy view itself)."""

@@ -17,20 +17,19 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
+from braze import dtypes
 from braze.errors import FormatError, MissingWeight
 from braze.io._mmap import MappedFile, MappedReader
 
 MAX_HEADER_BYTES = 100_000_000
 """Same cap as the reference implementation: bigger headers are corrupt, not models."""
 
-DTYPES: dict[str, np.dtype] = {
+DTYPES: dict[str, np.dtype] = {  # and "BF16": braze's bfloat16 (ml_dtypes', imported on first use)
     "F64": np.dtype("<f8"),
     "F32": np.dtype("<f4"),
     "F16": np.dtype("<f2"),
-    "BF16": np.dtype(ml_dtypes.bfloat16),
     "I64": np.dtype("<i8"),
     "I32": np.dtype("<i4"),
     "I16": np.dtype("<i2"),
@@ -41,6 +40,12 @@ DTYPES: dict[str, np.dtype] = {
     "U8": np.dtype("u1"),
     "BOOL": np.dtype("?"),
 }
+SIZES: dict[str, int] = {**{name: d.itemsize for name, d in DTYPES.items()}, "BF16": 2}
+
+
+def numpy_type(name: str) -> np.dtype:
+    """The numpy type of a header's dtype name (one of SIZES)."""
+    return dtypes.bfloat16.np if name == "BF16" else DTYPES[name]
 
 
 @dataclass(frozen=True)
@@ -119,7 +124,7 @@ class SafetensorsFile(MappedReader):
         if not isinstance(entry, dict):
             raise self._error(name, 8, "tensor entry must be an object")
         dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-        if not isinstance(dtype, str) or dtype not in DTYPES:
+        if not isinstance(dtype, str) or dtype not in SIZES:
             raise self._error(f"{name}.dtype", 8, f"unknown dtype {dtype!r}")
         if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
             raise self._error(f"{name}.shape", 8, f"must be a list of non-negative ints, got {shape!r}")
@@ -141,11 +146,11 @@ class SafetensorsFile(MappedReader):
         count = 1
         for d in shape:
             count *= d
-        if count * DTYPES[dtype].itemsize != end - start:
+        if count * SIZES[dtype] != end - start:
             raise self._error(
                 f"{name}.data_offsets",
                 data_start + start,
-                f"{end - start} bytes do not hold {dtype} {tuple(shape)} ({count * DTYPES[dtype].itemsize} bytes)",
+                f"{end - start} bytes do not hold {dtype} {tuple(shape)} ({count * SIZES[dtype]} bytes)",
             )
         return SafetensorInfo(name, tuple(shape), dtype, data_start + start, data_start + end)
 
@@ -158,7 +163,7 @@ class SafetensorsFile(MappedReader):
         except KeyError:
             near = difflib.get_close_matches(str(name), list(self.tensors), n=3)
             raise MissingWeight(self.path, str(name), near) from None
-        return self._file.data[info.start : info.end].view(DTYPES[info.dtype]).reshape(info.shape)
+        return self._file.data[info.start : info.end].view(numpy_type(info.dtype)).reshape(info.shape)
 
 
     def __repr__(self) -> str:

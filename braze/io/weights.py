@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Protocol
 import numpy as np
 
 from ..errors import MissingWeight, ShapeMismatch
-from ..quant import DTYPES, PLAIN_DTYPES, BlockTensor, GGMLType
+from ..quant import DTYPES, BlockTensor, GGMLType
 from ..runtime import memory
 from ..creation import from_blocks, from_numpy
 from ..tensor import Tensor
@@ -47,7 +47,7 @@ class GGUFWeights:
 
     def load(self, name: str) -> Tensor:
         data = self.file.tensor(name)
-        if self.dequantize and (isinstance(data, BlockTensor) or data.dtype in (np.float16, PLAIN_DTYPES[GGMLType.BF16])):
+        if self.dequantize and (isinstance(data, BlockTensor) or data.dtype.name in ("float16", "bfloat16")):
             return from_numpy(memory.adopt(np.ascontiguousarray(self.file.dequantize(name), np.float32)))
         if isinstance(data, BlockTensor):
             return from_blocks(data.raw, DTYPES[data.qtype], data.shape, owner=self.file)

@@ -4,13 +4,14 @@ from braze.quant.dequant import SUPPORTED_DEQUANT, dequantize
 from braze.quant.formats import (
     BLOCK_DTYPES,
     DTYPES,
-    PLAIN_DTYPES,
+    PLAIN_SIZES,
     QK_K,
     TYPE_SIZES,
     GGMLType,
     block_size,
     ggml_type,
     is_quantized,
+    plain_dtype,
     row_nbytes,
     type_size,
 )
@@ -19,7 +20,7 @@ from braze.quant.tensor import BlockTensor
 __all__ = [
     "BLOCK_DTYPES",
     "DTYPES",
-    "PLAIN_DTYPES",
+    "PLAIN_SIZES",
     "QK_K",
     "SUPPORTED_DEQUANT",
     "TYPE_SIZES",
@@ -29,6 +30,7 @@ __all__ = [
     "dequantize",
     "ggml_type",
     "is_quantized",
+    "plain_dtype",
     "row_nbytes",
     "type_size",
 ]

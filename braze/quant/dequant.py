@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from braze.errors import DtypeMismatch, ShapeMismatch, Unsupported
-from braze.quant.formats import BLOCK_DTYPES, PLAIN_DTYPES, QK_K, TYPE_SIZES, GGMLType
+from braze.quant.formats import BLOCK_DTYPES, PLAIN_SIZES, QK_K, TYPE_SIZES, GGMLType, plain_dtype
 
 _F32 = np.float32
 
@@ -216,8 +216,8 @@ def dequantize(raw: np.ndarray, qtype: GGMLType | int, shape: tuple[int, ...]) -
         raise ShapeMismatch(
             "dequantize", [shape, raw.shape], f"{qtype.name} {shape} needs {nbytes} bytes, got {flat.size}"
         )
-    if qtype in PLAIN_DTYPES:
-        values = flat.view(PLAIN_DTYPES[qtype])
+    if qtype in PLAIN_SIZES:
+        values = flat.view(plain_dtype(qtype))
         out = values if qtype == GGMLType.F32 else values.astype(_F32)
         return out.reshape(shape)
     blocks = flat.view(BLOCK_DTYPES[qtype])

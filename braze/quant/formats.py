@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-import ml_dtypes
 import numpy as np
 
 from .. import dtypes as dt
@@ -81,16 +80,11 @@ BLOCK_DTYPES: dict[GGMLType, np.dtype] = {
     GGMLType.Q8_K: _packed(("d", "<f4"), ("qs", "i1", (QK_K,)), ("bsums", "<i2", (QK_K // 16,))),
 }
 
-# Plain (one element per block) types and the numpy dtype they are stored as.
-PLAIN_DTYPES: dict[GGMLType, np.dtype] = {
-    GGMLType.F32: np.dtype("<f4"),
-    GGMLType.F16: np.dtype("<f2"),
-    GGMLType.BF16: np.dtype(ml_dtypes.bfloat16),
-    GGMLType.F64: np.dtype("<f8"),
-    GGMLType.I8: np.dtype("i1"),
-    GGMLType.I16: np.dtype("<i2"),
-    GGMLType.I32: np.dtype("<i4"),
-    GGMLType.I64: np.dtype("<i8"),
+# Plain (one element per block) types and their bytes per element (their braze dtypes
+# are DTYPES' below, their numpy types plain_dtype's).
+PLAIN_SIZES: dict[GGMLType, int] = {
+    GGMLType.F32: 4, GGMLType.F16: 2, GGMLType.BF16: 2, GGMLType.F64: 8,
+    GGMLType.I8: 1, GGMLType.I16: 2, GGMLType.I32: 4, GGMLType.I64: 8,
 }
 
 _QUANT_BLOCK_SIZE: dict[GGMLType, int] = {
@@ -110,7 +104,7 @@ _QUANT_BLOCK_SIZE: dict[GGMLType, int] = {
 
 # (elements per block, bytes per block) for every known type.
 TYPE_SIZES: dict[GGMLType, tuple[int, int]] = {
-    **{t: (1, dt.itemsize) for t, dt in PLAIN_DTYPES.items()},
+    **{t: (1, n) for t, n in PLAIN_SIZES.items()},
     **{t: (_QUANT_BLOCK_SIZE[t], BLOCK_DTYPES[t].itemsize) for t in BLOCK_DTYPES},
 }
 
@@ -148,6 +142,11 @@ DTYPES: dict[GGMLType, DType] = {
     GGMLType.I8: dt.int8, GGMLType.I16: dt.int16, GGMLType.I32: dt.int32, GGMLType.I64: dt.int64,
 }
 _BY_DTYPE: dict[str, GGMLType] = {d.name: t for t, d in DTYPES.items() if d.is_block}
+
+
+def plain_dtype(qtype: GGMLType) -> np.dtype:
+    """The numpy type a plain (F32, F16, BF16, ...) tensor's bytes are read as."""
+    return DTYPES[GGMLType(qtype)].np
 
 
 def ggml_type(dtype: DType) -> GGMLType:
