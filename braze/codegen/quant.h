@@ -37,8 +37,34 @@ typedef void (*braze_rowf_fn)(const uint8_t *w, int64_t k, float *out);
 #define BRAZE_QFEW 8             /* up to this many x rows: the matrix-vector path (modes 0-2, float types) */
 #ifdef BRAZE_X16
 #define BRAZE_QGEMM_MIN 40       /* int8x2 without VNNI: from this many x rows the float GEMM, not the strips */
+/* ... and below BRAZE_QSTRIP_MIN_##T rows, the one-row kernel once per x row (a group of
+ * four W rows stays in L1 for all of them): the strips unpack their W rows into scratch
+ * first, which at 2 rows cost 2-3.5x the one-row kernel twice (bench/RESULTS.md,
+ * nineteenth session). Where the one-row kernel works in registers the crossing is
+ * 9-16 rows, Q5_0's (its bits built as a byte vector) 5-8, the scratch types' 3-4
+ * (measured with AVX2; a plain C build takes the same). */
+#define BRAZE_QSTRIP_MIN_q4_0 9
+#define BRAZE_QSTRIP_MIN_q4_1 9
+#define BRAZE_QSTRIP_MIN_q8_0 9
+#define BRAZE_QSTRIP_MIN_q4_k 9
+#define BRAZE_QSTRIP_MIN_q6_k 9
+#define BRAZE_QSTRIP_MIN_q5_0 5
+#define BRAZE_QSTRIP_MIN_q5_1 3
+#define BRAZE_QSTRIP_MIN_q2_k 3
+#define BRAZE_QSTRIP_MIN_q3_k 3
+#define BRAZE_QSTRIP_MIN_q5_k 3
 #else
 #define BRAZE_QGEMM_MIN INT64_MAX
+#define BRAZE_QSTRIP_MIN_q4_0 2  /* with VNNI every type's strips from 2 rows */
+#define BRAZE_QSTRIP_MIN_q4_1 2
+#define BRAZE_QSTRIP_MIN_q8_0 2
+#define BRAZE_QSTRIP_MIN_q4_k 2
+#define BRAZE_QSTRIP_MIN_q6_k 2
+#define BRAZE_QSTRIP_MIN_q5_0 2
+#define BRAZE_QSTRIP_MIN_q5_1 2
+#define BRAZE_QSTRIP_MIN_q2_k 2
+#define BRAZE_QSTRIP_MIN_q3_k 2
+#define BRAZE_QSTRIP_MIN_q5_k 2
 #endif
 #define BRAZE_QG 16              /* x rows per group of the strips (mode 3): a 512-bit register's int32 lanes */
 #define BRAZE_QPASS 64           /* x rows per pass of the strips over a block of columns (their sums' tile) */
@@ -1025,7 +1051,7 @@ static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, i
     const int64_t xsz = MODE == 1 ? 1 : 2;  /* bytes of x per element: int8x2 keeps hi then lo per row */    \
     const int64_t kx = MODE == 3 ? braze_qs_pad(k) : k;  /* the strips' rows are padded with zeros */        \
     /* x's chunk sums, per row; for the strips (mode 3, m > 1) chunk-major, BRAZE_QG lanes a chunk */        \
-    const int strips = MODE == 3 && m > 1; const int64_t nch = k / CH;                                                     \
+    const int strips = MODE == 3 && m >= BRAZE_QSTRIP_MIN_##T; const int64_t nch = k / CH;                                                     \
     const int64_t nxs = strips ? (m + BRAZE_QG - 1) / BRAZE_QG * BRAZE_QG : m;                               \
     float *xs = (float *)braze_q_scratch(0, (size_t)nxs * nch * 4 + (size_t)m * ((kx / 32) * 4 + kx * xsz)); \
     float *dx = xs + nxs * nch;                                                                              \
@@ -1034,7 +1060,7 @@ static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, i
     for (int64_t r = 0; r < m; r++)                                                                          \
         braze_qx_row(MODE, CH, strips, !strips && BRAZE_X16NAT_##T, r, x + r * lda, k, xs, dx, xq);           \
     /* one row: braze_mv, its unpack in registers; more (mode 3): the strips, each in its own parallel loop */ \
-    if (MODE == 3 && m > 1) {                                                                                \
+    if (strips) {                                                                                            \
         const char *xl = xq; const float *dl = dx;                                                          \
         braze_qs_prepare(m, kx, &xl, &dl);  /* the strips' own layout of x, if they have one */              \
         braze_qscols_##T(m, n, k, x, lda, w, nw, ldw, ep, args, nthreads, xl, xsz, dl, xs);                  \
