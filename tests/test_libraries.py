@@ -119,7 +119,9 @@ def test_compile_ahead_compiles_the_steps_kernels_and_runs_nothing(monkeypatch: 
     n_units = len({k.fn.__name__.rsplit("_", 1)[1] for k in p.steps if isinstance(k, plan.CompiledKernel)})
     # each unit compiled once: ahead, or by the flush where the ahead pool had not started it yet
     assert len(compilers) == len({k for _, k in compilers}) == n_units >= 3, compilers
-    assert compilers[0][0].startswith("braze-cc-ahead")
+    # some ahead (the first need not be: under load the flush can take a unit before the
+    # pool's thread starts; seen once in make test on the 2-core AVX2 EPYC)
+    assert any(t.startswith("braze-cc-ahead") for t, _ in compilers), compilers
     with monkeypatch.context() as m:
         m.setenv("BRAZE_FUSION", "0")
         table[1:2] = braze.from_numpy(np.zeros((1, 16), np.float32))
