@@ -251,8 +251,9 @@ VECTOR_BUILDS = {"native": ((), None), "avx2": (("-mno-avx512f", "-mno-avxvnni")
                          ids=lambda t: t.name)
 def test_batched_rows_on_every_vector_width(qtype: GGMLType, build: str) -> None:
     """One x row (the matrix-vector dot) and many in int8x2 (the strips: groups of 16
-    rows, passes of 64, a last group of 1..15; without VNNI, 70 rows take the float GEMM,
-    quant.h's BRAZE_QGEMM_MIN): every row within its rounding bound of the float64 product."""
+    rows, passes of 64, a last group of 1..15; without VNNI, 2 rows take the one-row dot
+    per row below quant.h's BRAZE_QSTRIP_MIN_##T and 70 the float GEMM, BRAZE_QGEMM_MIN):
+    every row within its rounding bound of the float64 product."""
     flags, needs = VECTOR_BUILDS[build]
     n, k = 21, 512
     w, wf = weight(qtype, n, k, seed=7)

@@ -53,18 +53,10 @@ typedef void (*braze_rowf_fn)(const uint8_t *w, int64_t k, float *out);
 #define BRAZE_QSTRIP_MIN_q2_k 3
 #define BRAZE_QSTRIP_MIN_q3_k 3
 #define BRAZE_QSTRIP_MIN_q5_k 3
+#define BRAZE_QSTRIP_FROM(T) BRAZE_QSTRIP_MIN_##T
 #else
 #define BRAZE_QGEMM_MIN INT64_MAX
-#define BRAZE_QSTRIP_MIN_q4_0 2  /* with VNNI every type's strips from 2 rows */
-#define BRAZE_QSTRIP_MIN_q4_1 2
-#define BRAZE_QSTRIP_MIN_q8_0 2
-#define BRAZE_QSTRIP_MIN_q4_k 2
-#define BRAZE_QSTRIP_MIN_q6_k 2
-#define BRAZE_QSTRIP_MIN_q5_0 2
-#define BRAZE_QSTRIP_MIN_q5_1 2
-#define BRAZE_QSTRIP_MIN_q2_k 2
-#define BRAZE_QSTRIP_MIN_q3_k 2
-#define BRAZE_QSTRIP_MIN_q5_k 2
+#define BRAZE_QSTRIP_FROM(T) 2  /* with VNNI every type's strips from 2 rows */
 #endif
 #define BRAZE_QG 16              /* x rows per group of the strips (mode 3): a 512-bit register's int32 lanes */
 #define BRAZE_QPASS 64           /* x rows per pass of the strips over a block of columns (their sums' tile) */
@@ -690,7 +682,7 @@ static inline __m512i braze_q2_q8_0(const uint8_t *b0, const uint8_t *b1, __m128
 #endif
 #if defined(BRAZE_X16)
 /* Four rows at once with int16 x: their four blocks' integer dots summed across lanes
- * by three hadds into one vector (row r in lanes r and r + 4), then one convert and
+ * into one vector (braze_sum4: row r in lanes r and r + 4), then one convert and
  * one FMA by the four rows' scales, converted as one vector (braze_q4s_##T: s4 = d dx,
  * o4 = the offsets times x's sum). One row a block took a convert, a scale's
  * conversion, product and broadcast and an FMA each. */
@@ -772,7 +764,6 @@ static inline __attribute__((always_inline)) int braze_mv1_##T(const int R, int6
 #else
 #define BRAZE_MV1_REGS BRAZE_MV1_NONE
 #endif
-
 /* the other types (and without AVX-512): none, braze_mv unpacks */
 #define BRAZE_MV1_NONE(T, TS)                                                                                 \
 static inline int braze_mv1_##T(const int R, int64_t k, const uint8_t *w, int64_t ldw, const void *x,         \
@@ -790,18 +781,12 @@ static inline int braze_mv1_##T(const int R, int64_t k, const uint8_t *w, int64_
 static inline __m256 braze_lane(__m256 v, int i0, int i1) {  /* lanes 0-3 v[i0], 4-7 v[i1] */
     return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(i0, i0, i0, i0, i1, i1, i1, i1));
 }
-static inline __m256 braze_k_bytes8(uint64_t u, int sgn) {  /* 8 bytes as floats */
-    const __m128i v = _mm_cvtsi64_si128((long long)u);
-    return _mm256_cvtepi32_ps(sgn ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v));
-}
 static inline __attribute__((always_inline)) void braze_qk_q4_k(const uint8_t *b, const int16_t *x, const float *dx,
                                                                 const float *xs, __m256 *acc, __m256 *offv) {
-    uint32_t a[3];
-    memcpy(a, b + 4, 12);  /* as braze_k4_scales */
-    const uint64_t sc = (a[0] & 0x3f3f3f3fu) | (uint64_t)((a[2] & 0x0f0f0f0fu) | (((a[0] >> 6) & 0x03030303u) << 4)) << 32;
-    const uint64_t mn = (a[1] & 0x3f3f3f3fu) | (uint64_t)(((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4)) << 32;
-    const __m256 s = _mm256_mul_ps(_mm256_set1_ps(braze_q_f16(b)), braze_k_bytes8(sc, 0));
-    const __m256 o = _mm256_mul_ps(_mm256_set1_ps(-braze_q_f16(b + 2)), braze_k_bytes8(mn, 0));
+    uint32_t v[4];
+    braze_k4_words(b + 4, v);  /* as braze_k4_scales */
+    const __m256 s = _mm256_mul_ps(_mm256_set1_ps(braze_q_f16(b)), (__m256)braze_bytes_to_v8(v, 0));
+    const __m256 o = _mm256_mul_ps(_mm256_set1_ps(-braze_q_f16(b + 2)), (__m256)braze_bytes_to_v8(v + 2, 0));
     *offv = _mm256_add_ps(*offv, _mm256_mul_ps(o, _mm256_loadu_ps(xs)));
     const __m256 sd = _mm256_mul_ps(s, _mm256_loadu_ps(dx));
     const __m256i m4 = _mm256_set1_epi8(15);
@@ -819,12 +804,10 @@ static inline __attribute__((always_inline)) void braze_qk_q4_k(const uint8_t *b
 }
 static inline __attribute__((always_inline)) void braze_qk_q6_k(const uint8_t *b, const int16_t *x, const float *dx,
                                                                 const float *xs, __m256 *acc, __m256 *offv) {
-    uint64_t sc[2];
-    memcpy(sc, b + 192, 16);
     const __m256 d = _mm256_set1_ps(braze_q_f16(b + 208)), dx8 = _mm256_loadu_ps(dx);
     __m256 sd[2];
     for (int h = 0; h < 2; h++) {  /* as braze_k16_scales: s = d sc, o = -32 s; chunk c of 16 takes dx[c / 2] */
-        const __m256 sv = _mm256_mul_ps(d, braze_k_bytes8(sc[h], 1));
+        const __m256 sv = _mm256_mul_ps(d, (__m256)braze_bytes_to_v8(b + 192 + 8 * h, 1));
         *offv = _mm256_add_ps(*offv, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(-32.0f), sv), _mm256_loadu_ps(xs + 8 * h)));
         sd[h] = _mm256_mul_ps(sv, _mm256_permutevar8x32_ps(dx8, _mm256_setr_epi32(4 * h, 4 * h, 4 * h + 1, 4 * h + 1,
                                                                                     4 * h + 2, 4 * h + 2, 4 * h + 3, 4 * h + 3)));
@@ -1051,7 +1034,7 @@ static void braze_qlinear_##T(int64_t m, int64_t n, int64_t k, const float *x, i
     const int64_t xsz = MODE == 1 ? 1 : 2;  /* bytes of x per element: int8x2 keeps hi then lo per row */    \
     const int64_t kx = MODE == 3 ? braze_qs_pad(k) : k;  /* the strips' rows are padded with zeros */        \
     /* x's chunk sums, per row; for the strips (mode 3, m > 1) chunk-major, BRAZE_QG lanes a chunk */        \
-    const int strips = MODE == 3 && m >= BRAZE_QSTRIP_MIN_##T; const int64_t nch = k / CH;                                                     \
+    const int strips = MODE == 3 && m >= BRAZE_QSTRIP_FROM(T); const int64_t nch = k / CH;                                                     \
     const int64_t nxs = strips ? (m + BRAZE_QG - 1) / BRAZE_QG * BRAZE_QG : m;                               \
     float *xs = (float *)braze_q_scratch(0, (size_t)nxs * nch * 4 + (size_t)m * ((kx / 32) * 4 + kx * xsz)); \
     float *dx = xs + nxs * nch;                                                                              \

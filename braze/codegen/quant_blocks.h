@@ -168,13 +168,18 @@ static inline void braze_unpack_q3_k(const uint8_t *restrict b, uint8_t *restric
  * the low 6 bits of byte j, min j: of byte j + 4; j >= 4: the nibbles of byte j + 4 and
  * the top 2 bits of bytes j - 4 and j), four at a time in 32-bit words (a scalar loop
  * of byte picks was a third of Q4_K's time), times d and -dmin. */
-static inline void braze_k4_scales(const uint8_t *p, float d, float dmin, float *s, float *o) {
-    uint32_t a[3], v[4];
+/* Q4_K's / Q5_K's 12 bytes of 6-bit scales and mins as 16 bytes: scales 0-7, mins 0-7 */
+static inline void braze_k4_words(const uint8_t *p, uint32_t v[4]) {
+    uint32_t a[3];
     memcpy(a, p, 12);
     v[0] = a[0] & 0x3f3f3f3fu;                                                /* scales 0..3 */
     v[1] = (a[2] & 0x0f0f0f0fu) | (((a[0] >> 6) & 0x03030303u) << 4);        /* scales 4..7 */
     v[2] = a[1] & 0x3f3f3f3fu;                                                /* mins 0..3 */
     v[3] = ((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4); /* mins 4..7 */
+}
+static inline void braze_k4_scales(const uint8_t *p, float d, float dmin, float *s, float *o) {
+    uint32_t v[4];
+    braze_k4_words(p, v);
     const uint8_t *b = (const uint8_t *)v;
     braze_v8_store(s, d * braze_bytes_to_v8(b, 0));
     braze_v8_store(o, -dmin * braze_bytes_to_v8(b + 8, 0));
