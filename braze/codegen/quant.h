@@ -224,12 +224,7 @@ static inline braze_qsi braze_qs_ld(const void *p) { return p; }
 static inline braze_qsv braze_qs_dot(braze_qsi q, braze_qsi xv, braze_qsi unused) {
     (void)unused;
     braze_qsv r;
-    for (int c = 0; c < 2; c++) {
-        int32_t t = 0;
-        for (int i = 16 * c; i < 16 * c + 16; i++)
-            t += (int32_t)((const uint8_t *)q)[i] * ((const int16_t *)xv)[braze_x16_pos(i)];
-        r[c] = (float)t;
-    }
+    for (int c = 0; c < 2; c++) r[c] = (float)braze_x16_sum16((const uint8_t *)q, (const int16_t *)xv, c);
     return r;
 }
 static inline void braze_qs_ldx(const int8_t *row, int64_t kp, int64_t e, braze_qsi *xh, braze_qsi *xl) {

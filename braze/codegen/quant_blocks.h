@@ -435,6 +435,12 @@ static inline __attribute__((always_inline)) void braze_qblock(const int BS, con
 #endif
 }
 #ifdef BRAZE_X16
+/* plain C: chunk c (of 16) of a block's bytes q dotted with its int16 x (braze_x16_dot's order) */
+static inline int32_t braze_x16_sum16(const uint8_t *q, const int16_t *xv, int c) {
+    int32_t t = 0;
+    for (int i = 16 * c; i < 16 * c + 16; i++) t += (int32_t)q[i] * xv[braze_x16_pos(i)];
+    return t;
+}
 /* braze_qblock for int8x2's x as int16 (BRAZE_X16), x at the block's first element */
 static inline __attribute__((always_inline)) void braze_qblock16(const int BS, const int CH,
         const uint8_t *restrict q, const float *restrict s, const int16_t *restrict xv, const float *restrict dx,
@@ -446,11 +452,7 @@ static inline __attribute__((always_inline)) void braze_qblock16(const int BS, c
                                         _mm256_loadu_si256((const __m256i *)(xv + 32 * u + 16)));
         *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), braze_qscale8(CH, s, u, dx[u]), *acc);
 #else
-        for (int c = 0; c < 2; c++) {
-            int32_t t = 0;
-            for (int i = 16 * c; i < 16 * c + 16; i++) t += (int32_t)q[32 * u + i] * xv[32 * u + braze_x16_pos(i)];
-            *acc += s[(32 * u + 16 * c) / CH] * dx[u] * (float)t;
-        }
+        for (int c = 0; c < 2; c++) *acc += s[(32 * u + 16 * c) / CH] * dx[u] * (float)braze_x16_sum16(q + 32 * u, xv + 32 * u, c);
 #endif
     }
 }
