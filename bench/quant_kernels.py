@@ -6,7 +6,7 @@ with their 256-element blocks) and of a (49152, 576) one (its output matrix: 15-
 streamed from DRAM; (18432, 1536) for the K types); x of 1 row (decoding) in each of the kernel's
 four dots (``codegen/quant.py``'s ``MODE``: 0 float in registers, 1 int8 VNNI, 2
 int16, 3 int8x2), and of 128 rows (prefill: the strips in int8x2). Each kernel is rendered from
-``codegen/quant.h`` exactly as a plan renders it, compiled by braze's compiler, and
+the quant headers (``codegen/quant*.h``) exactly as a plan renders it, compiled by braze's compiler, and
 called through ctypes; median of 15 calls after 3 warm-up calls, 1 thread.
 
     .venv/bin/python -m bench.quant_kernels [--types Q4_1,Q8_0] [--big]

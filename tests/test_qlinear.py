@@ -195,7 +195,7 @@ def test_model_weights_stay_quantized(smollm: Any) -> None:
 
 
 def built_kernel(qtype: GGMLType, m: int, n: int, k: int, mode: int, flags: tuple[str, ...] = ()) -> Any:
-    """``y = x @ w.T`` as one kernel built directly from quant.h in ``mode``, with braze's
+    """``y = x @ w.T`` as one kernel built directly from the quant headers in ``mode``, with braze's
     compiler flags and ``flags`` after them: ``fn(x, raw, y)`` on numpy arrays."""
     import ctypes
 
@@ -219,7 +219,7 @@ def built_kernel(qtype: GGMLType, m: int, n: int, k: int, mode: int, flags: tupl
                          ids=lambda t: t.name)
 def test_every_decoding_mode_of_the_kernel(qtype: GGMLType, mode: int) -> None:
     """The kernel's four decoding dots (float, int8, int16, int8x2), whichever MODE picks for
-    a type, built directly from quant.h and called on numpy arrays: each within its
+    a type, built directly from the quant headers and called on numpy arrays: each within its
     own rounding bound of the float64 product."""
     n, k, m = 13, 512, 2
     w, wf = weight(qtype, n, k, seed=20 + mode)

@@ -1,4 +1,4 @@
-"""The C headers shipped beside the renderers (cmath.h, tile.h, quant.h), read once."""
+"""The C headers shipped beside the renderers (cmath.h, tile.h, the quantized matmul's), read once."""
 
 from __future__ import annotations
 
@@ -9,3 +9,14 @@ from importlib import resources
 @functools.cache
 def header(name: str) -> str:
     return resources.files("braze.codegen").joinpath(name).read_text()
+
+
+# The quantized matmul's headers, in the order each needs the ones before it: one block
+# (unpacking, x's quantizing, one block's dots), the shared parts and the strips, one x
+# row in registers, and the assembly per type that codegen/quant.py's table instantiates.
+QUANT_HEADERS = ("quant_blocks.h", "quant.h", "quant_rows.h", "quant_linear.h")
+
+
+def quant_source() -> str:
+    """The quantized matmul's C, every header in order (before a type's instantiation)."""
+    return "\n".join(header(name) for name in QUANT_HEADERS)

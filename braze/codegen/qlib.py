@@ -1,7 +1,8 @@
 """The quantized matmul as a library per type, which generated modules link against.
 
-``quant.h`` instantiated for a type (``BRAZE_QLINEAR``) is the same C in every plan of
-every model, and it is most of the compile time of a module that calls it: a cold
+The quantized matmul's headers (``headers.QUANT_HEADERS``) instantiated for a type
+(``BRAZE_QLINEAR``) are the same C in every plan of every model, and they are most of
+the compile time of a module that calls them: a cold
 SmolLM2 prompt's unit of light kernels took ~2.1 s of gcc at -O3, ~1.7 s of it the Q4_1
 and Q8_0 matmuls (measured by removing them; bench/RESULTS.md, sixth session). So each
 type is compiled once per machine (``runtime/qlib.py``: by ``make install``, or by the
@@ -9,10 +10,10 @@ first process that needs it), into a shared library that exports the type's func
 under names carrying a hash of the library's source (``tag``); a generated module holds
 only the declarations (``declarations``), ``#define``d to those names, and is loaded
 after the libraries it calls (global symbols). The source hash in every name means a
-module never binds to a library built from other C: a changed ``quant.h`` is another
+module never binds to a library built from other C: a changed quant header is another
 tag, another library, another module text.
 
-The library's functions are quant.h's own, compiled with the same flags: a kernel hands
+The library's functions are the headers' own, compiled with the same flags: a kernel hands
 its epilogue and prologue as function pointers and receives its sums through memory, as
 it did when they were in one translation unit, so the results are the same bits.
 """
@@ -23,13 +24,13 @@ import functools
 import re
 
 from ..runtime.cpu import sha256
-from .headers import header
+from .headers import header, quant_source
 from .quant import MODE, QTYPES, QUANTIZED
 
 _CALL = re.compile(r"\bbraze_(?:qlinear|rowf|row)_(\w+)\b")
 
 # The functions a library exports: (name, parameters, arguments), spelled once here for
-# the declarations and the wrappers; a parameter list that disagrees with quant.h's
+# the declarations and the wrappers; a parameter list that disagrees with the headers'
 # definitions is a compile error of the library (its wrapper calls them).
 _QLINEAR = ("int64_t m, int64_t n, int64_t k, const float *x, int64_t lda, const uint8_t *const *w, int nw, "
             "int64_t ldw, braze_qep_fn ep, braze_qpro_fn pro, void **args, int64_t nthreads",
@@ -38,7 +39,7 @@ _ROW = ("const uint8_t *w, int64_t k, float *out", "w, k, out")
 _QROWS_SIG = ("int64_t n, const void *ids, int ids64, const uint8_t *w, int64_t ldw, int64_t rows, int64_t k, "
               "float *out, braze_rowf_fn rowf", "n, ids, ids64, w, ldw, rows, k, out, rowf")
 # quant.h's function types, repeated for modules that do not include it (in the library,
-# after quant.h, a redefinition that differs is a compile error)
+# after the headers, a redefinition that differs is a compile error)
 _TYPES = """#include <stdint.h>
 typedef void (*braze_rowf_fn)(const uint8_t *w, int64_t k, float *out);
 typedef void (*braze_qep_fn)(void **args, int64_t r0, int64_t nr, int64_t j0, int64_t nj, float *const *acc,
@@ -54,10 +55,9 @@ def _functions(qtype: str) -> list[tuple[str, str, str]]:
 
 
 def _body(qtype: str) -> str:
-    """What the library compiles before its exported wrappers: the headers quant.h needs
-    (tile.h, quant_blocks.h), quant.h and the type's instantiation (in the mode codegen/quant.py picks)."""
-    return "\n".join([header("tile.h"), header("quant_blocks.h"), header("quant.h"),
-                      QTYPES[qtype].format(mode=MODE.get(qtype, 0))])
+    """What the library compiles before its exported wrappers: tile.h, the quantized
+    matmul's headers and the type's instantiation (in the mode codegen/quant.py picks)."""
+    return "\n".join([header("tile.h"), quant_source(), QTYPES[qtype].format(mode=MODE.get(qtype, 0))])
 
 
 @functools.cache
@@ -72,7 +72,7 @@ def exported(qtype: str) -> list[str]:
 
 
 def library_source(qtype: str) -> str:
-    """The library's C: quant.h for ``qtype``, and each function under its exported name."""
+    """The library's C: the quant headers for ``qtype``, and each function under its exported name."""
     lines = [_body(qtype), _TYPES]
     for (name, params, args), sym in zip(_functions(qtype), exported(qtype)):
         lines.append(f"void {sym}({params});\nvoid {sym}({params}) {{ {name}({args}); }}")

@@ -1,7 +1,8 @@
 """The quantized matmul kernel's C: one table entry per GGML type.
 
-``codegen/quant.h`` holds the kernels, written once for every type: each type brings
-an unpack function (a block to unsigned 8-bit values with a scale and offset per
+``codegen/quant.h`` and the headers beside it (``headers.QUANT_HEADERS``) hold the
+kernels, written once for every type: each type brings an unpack function
+(``quant_blocks.h``: a block to unsigned 8-bit values with a scale and offset per
 chunk) or, for float types, a row converter. This table says which macro instantiates
 a type and with what geometry; a new quant type is an unpack function there and an
 entry here.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import re
 
 from .. import ir
-from .headers import header
+from .headers import quant_source
 
 # GGML type -> the instantiation: BRAZE_QLINEAR(name, elements per block, bytes per
 # block, elements per scale chunk, mode, how batched rows read W) for the quantized
@@ -97,7 +98,7 @@ def bind_sizes(arg: int, sizes: int) -> list[str]:
 
 
 def instantiations(kernel_sources: list[str], mode: dict[str, int] | None = None) -> str:
-    """quant.h and the instantiation of each type the kernels call, or "" if none does
+    """The quant headers and the instantiation of each type the kernels call, or "" if none does
     (``mode`` overrides ``MODE``: tests build every mode of every type). Generated
     modules link against the types' libraries instead (``codegen/qlib.py``)."""
     used = {m for src in kernel_sources for m in _CALL.findall(src)}
@@ -105,4 +106,4 @@ def instantiations(kernel_sources: list[str], mode: dict[str, int] | None = None
         return ""
     modes = MODE if mode is None else mode
     lines = [QTYPES[q].format(mode=modes.get(q, 0)) for q in QTYPES if q.lower() in used]
-    return "\n".join([header("quant_blocks.h"), header("quant.h"), *lines]) if lines else ""
+    return "\n".join([quant_source(), *lines]) if lines else ""
