@@ -40,7 +40,7 @@ typedef void (*braze_rowf_fn)(const uint8_t *w, int64_t k, float *out);
 #define BRAZE_QNT BRAZE_NB       /* columns of y per GEMM tile: one 6-row block's width */
 #define BRAZE_QKC 256            /* k per step of the GEMM: the tile's slice stays in L1 */
 #define BRAZE_QFEW 8             /* up to this many x rows: the matrix-vector path (modes 0-2, float types) */
-#ifdef BRAZE_X16
+#ifdef BRAZE_QS16
 #define BRAZE_QGEMM_MIN 40       /* int8x2 without VNNI: from this many x rows the float GEMM, not the strips */
 /* ... and below BRAZE_QSTRIP_MIN_##T rows, the one-row kernel once per x row (a group of
  * four W rows stays in L1 for all of them): the strips unpack their W rows into scratch
@@ -189,7 +189,7 @@ static void braze_qrows(int64_t n, const void *ids, int ids64, const uint8_t *w,
 #define BRAZE_QX 1
 #define BRAZE_QS 32
 #elif defined(BRAZE_VNNI) || defined(BRAZE_AVX2)
-/* 256 bits: AVX-VNNI's two vpdpbusd a block, or without VNNI (BRAZE_X16) x as int16
+/* 256 bits: AVX-VNNI's two vpdpbusd a block, or without VNNI (BRAZE_QS16) x as int16
  * and braze_x16_dot's vpmaddwd */
 #define BRAZE_QS 32
 typedef __m256 braze_qsv;
@@ -200,7 +200,7 @@ static inline braze_qsv braze_qs_scale(const float *s, const int CH) {
 }
 static inline braze_qsv braze_qs_fma(braze_qsv a, braze_qsv b, braze_qsv c) { return _mm256_fmadd_ps(a, b, c); }
 static inline float braze_qs_sum(braze_qsv a) { return braze_qacc_sum(a); }
-#ifdef BRAZE_X16
+#ifdef BRAZE_QS16
 static inline braze_qsv braze_qs_dot(braze_qsi q, braze_qsi xa, braze_qsi xb) {
     return _mm256_cvtepi32_ps(braze_x16_dot(q, xa, xb));
 }
@@ -221,7 +221,7 @@ static inline void braze_qs_ldx(const int8_t *row, int64_t kp, int64_t e, braze_
 #define BRAZE_QSTRIP_M 4  /* x rows per pass over a strip: R x M sums and R rows of q in registers */
 #endif
 #else
-/* plain C: x as int16 (BRAZE_X16), the two chunks of 16 of a block of 32 */
+/* plain C: x as int16 (BRAZE_QS16), the two chunks of 16 of a block of 32 */
 #define BRAZE_QS 32
 typedef float braze_qsv __attribute__((vector_size(8)));
 typedef const void *braze_qsi;
@@ -249,14 +249,20 @@ static inline int64_t braze_qs_pad(int64_t k) { return (k + BRAZE_QS - 1) / BRAZ
 /* x's row r (at xr) as the dots of MODE read it, once per call: its sums per chunk of CH
  * (for the strips lane r % BRAZE_QG of its group's, xs[(g * nch + c) * BRAZE_QG + ...];
  * else row-major), and its int8, int8x2 (hi then lo, rows padded with zeros to a whole
- * step) or int16 blocks of 32 and their scales dx */
+ * step; one row as int16 where BRAZE_X16, the strips' where BRAZE_QS16) or int16 blocks
+ * of 32 and their scales dx */
 static inline __attribute__((always_inline)) void braze_qx_row(const int MODE, const int CH, int strips, int nat,
         int64_t r, const float *xr, int64_t k, float *xs, float *dx, char *xq) {
     const int64_t kx = MODE == 3 ? braze_qs_pad(k) : k, nch = k / CH, xsz = MODE == 1 ? 1 : 2;
     float *sums = strips ? xs + r / BRAZE_QG * BRAZE_QG * nch + r % BRAZE_QG : xs + r * nch;
     braze_chunk_sums(xr, k, CH, sums, strips ? BRAZE_QG : 1);
 #ifdef BRAZE_X16
-    if (MODE == 3) {  /* int16, the same integers */
+#ifdef BRAZE_QS16
+    const int x16 = 1;
+#else
+    const int x16 = !strips;  /* the strips' x: int8 halves */
+#endif
+    if (MODE == 3 && x16) {  /* int16, the same integers */
         int16_t *v = (int16_t *)xq + r * kx;
         braze_quantize_x16(xr, k, v, dx + r * (kx / 32), nat);
         memset(v + k, 0, (size_t)(kx - k) * 2); memset(dx + r * (kx / 32) + k / 32, 0, (size_t)(kx - k) / 32 * 4);

@@ -12,13 +12,22 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #define BRAZE_AVX2 1
 #endif
-/* Without VNNI, int8x2's x (mode 3, codegen/quant.py) is kept as its 15-bit integers
- * themselves, int16, instead of two int8 halves: the same integers (v = 128 hi + lo), so
- * the same dots, taken by AVX2's vpmaddwd 16 products an instruction (vpmaddubsw on the
- * halves would saturate: W's bytes reach 255, and 2 x 255 x 127 passes int16). A block of
- * 32 is stored in the order 0-7, 16-23, 8-15, 24-31, which W's 32 bytes widen to with
- * unpacklo/unpackhi, no lane crossing (braze_x16_dot). */
+/* int8x2's x (mode 3, codegen/quant.py) kept as its 15-bit integers themselves, int16,
+ * instead of two int8 halves: the same integers (v = 128 hi + lo), so the same dots,
+ * taken by AVX2's vpmaddwd 16 products an instruction (vpmaddubsw on the halves would
+ * saturate: W's bytes reach 255, and 2 x 255 x 127 passes int16). A block of 32 is
+ * stored in the order 0-7, 16-23, 8-15, 24-31, which W's 32 bytes widen to with
+ * unpacklo/unpackhi, no lane crossing (braze_x16_dot).
+ * BRAZE_X16: one x row (decoding, braze_mv) so, wherever AVX2 is or VNNI is not. With
+ * 512-bit VNNI too: its one-row kernels dotting int8 halves (two vpdpbusd, a shift and an
+ * add a block) measured 1.0-1.4x slower than these on the AMD EPYC (Zen 4;
+ * bench/RESULTS.md, twentieth session).
+ * BRAZE_QS16: the strips' x rows (2 and more) too, where VNNI is not; with VNNI the
+ * strips dot int8 halves, one W byte against many x rows. */
 #ifndef BRAZE_VNNI
+#define BRAZE_QS16 1
+#endif
+#if defined(BRAZE_QS16) || defined(BRAZE_AVX2)
 #define BRAZE_X16 1
 #endif
 #if defined(BRAZE_VNNI) || defined(__F16C__) || defined(__AVX2__)
@@ -398,12 +407,22 @@ static inline __m256 braze_qscale8(const int CH, const float *s, int u, float dx
 }
 #endif
 #ifdef BRAZE_AVX2
+/* two int16 dots' pair sums added (a xa + b xb per int32 lane): with VNNI the second
+ * vpmaddwd and the add are one vpdpwssd */
+static inline __m256i braze_madd2(__m256i a, __m256i xa, __m256i b, __m256i xb) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpwssd_epi32(_mm256_madd_epi16(a, xa), b, xb);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpwssd_avx_epi32(_mm256_madd_epi16(a, xa), b, xb);
+#else
+    return _mm256_add_epi32(_mm256_madd_epi16(a, xa), _mm256_madd_epi16(b, xb));
+#endif
+}
 /* W's 32 bytes (element order) dotted with x's 32 int16 (xa, xb: braze_quantize_x16's
  * order): int32 lanes 0-3 sum elements 0-15, lanes 4-7 elements 16-31, as vpdpbusd's */
 static inline __m256i braze_x16_dot(__m256i q, __m256i xa, __m256i xb) {
     const __m256i z = _mm256_setzero_si256();
-    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_unpacklo_epi8(q, z), xa),
-                            _mm256_madd_epi16(_mm256_unpackhi_epi8(q, z), xb));
+    return braze_madd2(_mm256_unpacklo_epi8(q, z), xa, _mm256_unpackhi_epi8(q, z), xb);
 }
 #endif
 /* xl: the low parts of x (int8x2) or NULL (int8), a constant where inlined */

@@ -1,173 +1,75 @@
 /* braze's quantized matmul, one x row (decoding) in registers: after quant.h (whose
- * braze_qpf and braze_qs_pad it uses), before quant_linear.h, whose braze_mv_##T calls
+ * braze_qpf it uses), before quant_linear.h, whose braze_mv_##T calls
  * BRAZE_MV1_##T first and falls back to unpacking into scratch where it returns 0.
  * One macro per kind of kernel, one table at the end naming which each type takes.
  */
 /* ---- one x row, int8x2 (mode 3), the types of blocks of 32 ---------------------------
  * braze_mv unpacks each block of R rows of W into scratch and dots it from there. Q4_0,
- * Q4_1, Q5_0 and Q8_0 (32 values under one scale) unpack it in registers instead
- * (braze_qr_##T), their scale and offset as braze_unpack_##T has them (Q4_1's two
- * float16 words in one conversion: one at a time it was 7-9% slower than the scratch):
- * the same integers, products and sums, 5-13% faster at one row on the AMD EPYC; Q5_1
- * measured the same and keeps braze_mv's (bench/RESULTS.md, eleventh session).
- * BRAZE_MV1_##T says which. With 512-bit VNNI two blocks an iteration
- * (BRAZE_MV1_PAIRS): the same integers and products, summed in another order. */
-#if defined(BRAZE_VNNI) && defined(__AVX512BW__) && defined(__AVX512VL__) || defined(BRAZE_X16) && defined(BRAZE_AVX2) && defined(__F16C__)
-/* x's block b of one row in two registers, and W's 32 bytes q dotted with it: int8x2's
- * hi and lo halves (kp apart) with VNNI, else int16 (BRAZE_X16) */
-static inline __attribute__((always_inline)) void braze_mv1_x(const void *x, int64_t kp, int64_t b, __m256i *xa,
-                                                              __m256i *xb) {
-#ifdef BRAZE_X16
-    (void)kp;
+ * Q4_1, Q5_0 and Q8_0 (32 values under one scale) are dotted from the block in registers
+ * instead (braze_qd_##T), their scale and offset as braze_unpack_##T has them: the same
+ * integers and products (bench/RESULTS.md, eleventh and eighteenth sessions). Q5_1
+ * measured the same and keeps braze_mv's. BRAZE_MV1_##T says which.
+ * x is int16 (BRAZE_X16), with VNNI too: the kernels dotting its int8 halves (two
+ * vpdpbusd, a shift and an add a block; two blocks an iteration in 512 bits) measured
+ * 1.0-1.4x slower than these on the AMD EPYC with AVX-512 VNNI (twentieth session). */
+#if defined(BRAZE_X16) && defined(BRAZE_AVX2) && defined(__F16C__)
+/* x's block b of one row in two registers: elements 0-15 and 16-31, in element order
+ * where BRAZE_X16NAT_##T (braze_qx_row lays it out so), else in braze_x16_dot's */
+static inline __attribute__((always_inline)) void braze_mv1_x(const void *x, int64_t b, __m256i *xa, __m256i *xb) {
     *xa = _mm256_loadu_si256((const __m256i *)((const int16_t *)x + 32 * b));
     *xb = _mm256_loadu_si256((const __m256i *)((const int16_t *)x + 32 * b + 16));
 }
-static inline __m256i braze_mv1_dot(__m256i q, __m256i xa, __m256i xb) { return braze_x16_dot(q, xa, xb); }
-#else
-    *xa = _mm256_loadu_si256((const __m256i *)((const int8_t *)x + 32 * b));
-    *xb = _mm256_loadu_si256((const __m256i *)((const int8_t *)x + kp + 32 * b));
-}
-static inline __m256i braze_mv1_dot(__m256i q, __m256i xa, __m256i xb) {
-    const __m256i p = BRAZE_DPBUSD(_mm256_setzero_si256(), q, xa);
-    return _mm256_add_epi32(_mm256_slli_epi32(p, 7), BRAZE_DPBUSD(_mm256_setzero_si256(), q, xb));
-}
-#endif
-/* braze_nibbles32's values in a register: spelled in intrinsics, as its shufflevector
- * compiled here they were 3-5% slower (Q4_0, Q4_1 at one row) */
-static inline __m256i braze_qr_nibbles(const uint8_t *p) {
-    const __m128i v = _mm_loadu_si128((const __m128i *)p), f = _mm_set1_epi8(15);
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, f)), _mm_and_si128(_mm_srli_epi16(v, 4), f), 1);
-}
-static inline __m256i braze_qr_q4_0(const uint8_t *b, float *s, float *o) {
-    *s = braze_q_f16(b); *o = -8.0f * *s; return braze_qr_nibbles(b + 2);
-}
-static inline void braze_qr_f16x2(const uint8_t *b, float *s, float *o) {  /* two float16 words, one conversion */
-    uint32_t u;
-    memcpy(&u, b, 4);
-    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)u));
-    *s = _mm_cvtss_f32(f); *o = _mm_cvtss_f32(_mm_movehdup_ps(f));
-}
-static inline __m256i braze_qr_q4_1(const uint8_t *b, float *s, float *o) {
-    braze_qr_f16x2(b, s, o); return braze_qr_nibbles(b + 4);
-}
-static inline __m256i braze_qr_q5_0(const uint8_t *b, float *s, float *o) {
-    *s = braze_q_f16(b); *o = -16.0f * *s; return _mm256_or_si256(braze_qr_nibbles(b + 6), (__m256i)braze_bits32(b + 2));
-}
-static inline __m256i braze_qr_q8_0(const uint8_t *b, float *s, float *o) {
-    *s = braze_q_f16(b); *o = -128.0f * *s;
-    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 2)), _mm256_set1_epi8((char)0x80));
-}
-/* A block's integer dot with x's block (xa, xb), its scale and offset: W's unpacked bytes
- * against x as braze_mv1_x reads it. With int16 x, Q4_0, Q4_1 and Q8_0 take x in
- * element order (BRAZE_X16NAT_##T: braze_qx_row lays it out so for one row) and widen
- * W's values to int16 straight from the block: the nibbles' 16 bytes zero-extended once,
- * low nibbles by a mask and high ones by a shift; Q8_0's bytes sign-extended, its offset
- * 0 (the same sums: -128 d times x's sum is what xor 0x80 added). No byte vector to
- * build and widen again: 20-25% fewer instructions a block. */
-#define BRAZE_QD_BYTES(T)                                                                                     \
-static inline __attribute__((always_inline)) __m256i braze_qd_##T(const uint8_t *b, float *s, float *o,      \
-                                                                  __m256i xa, __m256i xb) {                   \
-    return braze_mv1_dot(braze_qr_##T(b, s, o), xa, xb);                                                     \
-}
-#if defined(BRAZE_X16)
+/* A block's integer dot with x's block (xa, xb), its scale and offset. W's values are
+ * widened to int16 straight from the block, x in element order: the nibbles' 16 bytes
+ * zero-extended once, low nibbles by a mask and high ones by a shift; Q8_0's bytes
+ * sign-extended, its offset 0 (the same sums: -128 d times x's sum is what xor 0x80
+ * added). No byte vector to build and widen again: 20-25% fewer instructions a block. */
 static inline __m256i braze_qd_nibbles(const uint8_t *p, __m256i xa, __m256i xb) {
     const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(v, _mm256_set1_epi16(15)), xa),
-                            _mm256_madd_epi16(_mm256_srli_epi16(v, 4), xb));
+    return braze_madd2(_mm256_and_si256(v, _mm256_set1_epi16(15)), xa, _mm256_srli_epi16(v, 4), xb);
 }
 static inline __m256i braze_qd_q4_0(const uint8_t *b, float *s, float *o, __m256i xa, __m256i xb) {
     *s = braze_q_f16(b); *o = -8.0f * *s; return braze_qd_nibbles(b + 2, xa, xb);
 }
 static inline __m256i braze_qd_q4_1(const uint8_t *b, float *s, float *o, __m256i xa, __m256i xb) {
-    braze_qr_f16x2(b, s, o); return braze_qd_nibbles(b + 4, xa, xb);
+    uint32_t u;  /* d and m: two float16 words, one conversion */
+    memcpy(&u, b, 4);
+    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)u));
+    *s = _mm_cvtss_f32(f); *o = _mm_cvtss_f32(_mm_movehdup_ps(f));
+    return braze_qd_nibbles(b + 4, xa, xb);
 }
 static inline __m256i braze_qd_q8_0(const uint8_t *b, float *s, float *o, __m256i xa, __m256i xb) {
     *s = braze_q_f16(b); *o = 0.0f;
-    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 2))), xa),
-                            _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 18))), xb));
+    return braze_madd2(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 2))), xa,
+                       _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 18))), xb);
 }
 #define BRAZE_X16NAT_q4_0 1
 #define BRAZE_X16NAT_q4_1 1
 #define BRAZE_X16NAT_q8_0 1
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+/* Q5_0's fifth bits (one per element, 0-15 then 16-31) as two masked adds of 16 (3-12%
+ * faster than building its bytes first, below) */
+static inline __m256i braze_qd_q5_0(const uint8_t *b, float *s, float *o, __m256i xa, __m256i xb) {
+    uint32_t h;
+    memcpy(&h, b + 2, 4);
+    *s = braze_q_f16(b); *o = -16.0f * *s;
+    const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(b + 6))), c = _mm256_set1_epi16(16);
+    const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi16(15)), hi = _mm256_srli_epi16(v, 4);
+    return braze_madd2(_mm256_mask_add_epi16(lo, (__mmask16)h, lo, c), xa,
+                       _mm256_mask_add_epi16(hi, (__mmask16)(h >> 16), hi, c), xb);
+}
+#define BRAZE_X16NAT_q5_0 1
 #else
-BRAZE_QD_BYTES(q4_0)
-BRAZE_QD_BYTES(q4_1)
-BRAZE_QD_BYTES(q8_0)
+/* its bytes built (nibbles or'd with the fifth bits, spelled in intrinsics: as
+ * braze_nibbles32's shufflevector they were 3-5% slower), then widened by braze_x16_dot */
+static inline __m256i braze_qd_q5_0(const uint8_t *b, float *s, float *o, __m256i xa, __m256i xb) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)(b + 6)), f = _mm_set1_epi8(15);
+    const __m256i n = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, f)),
+                                              _mm_and_si128(_mm_srli_epi16(v, 4), f), 1);
+    *s = braze_q_f16(b); *o = -16.0f * *s;
+    return braze_x16_dot(_mm256_or_si256(n, (__m256i)braze_bits32(b + 2)), xa, xb);
+}
 #endif
-BRAZE_QD_BYTES(q5_0)
-#if defined(__AVX512VNNI__)
-/* Two blocks (at b and b + TS) of 32 in one 512-bit register, element order, and their
- * scales and offsets as [s0, s1, o0, o1]: half the instructions per block of the 256-bit
- * path (the unpack, the dots, the scales' conversion and the offsets' products each
- * taken once for both), the same integers and products. The nibbles: both blocks'
- * 16 bytes, each in two 128-bit lanes, the second lane shifted right by 4. */
-static inline __m512i braze_q2_nibbles(const uint8_t *p0, const uint8_t *p1) {
-    __m512i v = _mm512_inserti32x4(_mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p0)),
-                                   _mm_loadu_si128((const __m128i *)p1), 2);
-    v = _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(2, 2, 0, 0));
-    const __m512i shift = _mm512_set_epi64(0x0004000400040004LL, 0x0004000400040004LL, 0, 0,
-                                           0x0004000400040004LL, 0x0004000400040004LL, 0, 0);
-    return _mm512_and_si512(_mm512_srlv_epi16(v, shift), _mm512_set1_epi8(15));
-}
-/* scales and offsets of types with one float16 scale d and offset c d */
-static inline __m128 braze_q2_d(const uint8_t *b0, const uint8_t *b1, float c) {
-    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(braze_q_u16(b0) | (uint32_t)braze_q_u16(b1) << 16)));
-    return _mm_mul_ps(_mm_movelh_ps(f, f), _mm_setr_ps(1.0f, 1.0f, c, c));
-}
-static inline __m512i braze_q2_q4_0(const uint8_t *b0, const uint8_t *b1, __m128 *sw) {
-    *sw = braze_q2_d(b0, b1, -8.0f); return braze_q2_nibbles(b0 + 2, b1 + 2);
-}
-static inline __m512i braze_q2_q4_1(const uint8_t *b0, const uint8_t *b1, __m128 *sw) {
-    uint32_t u0, u1;
-    memcpy(&u0, b0, 4);
-    memcpy(&u1, b1, 4);
-    const __m128 f = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)(u0 | (uint64_t)u1 << 32)));  /* d0 m0 d1 m1 */
-    *sw = _mm_shuffle_ps(f, f, _MM_SHUFFLE(3, 1, 2, 0));
-    return braze_q2_nibbles(b0 + 4, b1 + 4);
-}
-static inline __m512i braze_q2_q5_0(const uint8_t *b0, const uint8_t *b1, __m128 *sw) {
-    uint32_t h0, h1;
-    memcpy(&h0, b0 + 2, 4);
-    memcpy(&h1, b1 + 2, 4);
-    *sw = braze_q2_d(b0, b1, -16.0f);
-    const __m512i v = braze_q2_nibbles(b0 + 6, b1 + 6);  /* + 16 where the high bit is set: one masked add */
-    return _mm512_mask_add_epi8(v, _cvtu64_mask64(h0 | (uint64_t)h1 << 32), v, _mm512_set1_epi8(16));
-}
-static inline __m512i braze_q2_q8_0(const uint8_t *b0, const uint8_t *b1, __m128 *sw) {
-    *sw = braze_q2_d(b0, b1, -128.0f);
-    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
-                                               _mm256_loadu_si256((const __m256i *)(b1 + 2)), 1),
-                            _mm512_set1_epi8((char)0x80));
-}
-#define BRAZE_MV1_PAIRS(T, TS)                                                                                \
-    const __m512i lanes = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);                  \
-    __m512 acc2[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};   \
-    __m128 off2[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};               \
-    for (; b + 2 <= k / 32; b += 2) {                                                                        \
-        braze_qpf(w, ldw, R, b * TS, 2 * TS);                                                                \
-        const __m512i xv = _mm512_loadu_si512((const void *)(xh + 32 * b));                                  \
-        const __m512i xw = _mm512_loadu_si512((const void *)(xl + 32 * b));                                  \
-        const __m128 xd = _mm_castsi128_ps(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(dx + b)),   \
-                                                              _mm_loadl_epi64((const __m128i *)(xs + b)))); \
-        for (int r = 0; r < R; r++) {                                                                        \
-            __m128 sw;                                                                                       \
-            const uint8_t *wb = w + r * ldw + b * TS;                                                        \
-            const __m512i qv = braze_q2_##T(wb, wb + TS, &sw);                                               \
-            const __m128 pr = _mm_mul_ps(sw, xd);  /* s0 dx0, s1 dx1, o0 xs0, o1 xs1 */                      \
-            off2[r] = _mm_add_ps(off2[r], pr);                                                               \
-            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), qv, xv);                                 \
-            p = _mm512_add_epi32(_mm512_slli_epi32(p, 7), _mm512_dpbusd_epi32(_mm512_setzero_si512(), qv, xw)); \
-            acc2[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),                                                 \
-                                      _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(pr)), acc2[r]);    \
-        }                                                                                                    \
-    }                                                                                                        \
-    for (int r = 0; r < R; r++)                                                                              \
-        off[r] = _mm512_reduce_add_ps(acc2[r]) + _mm_cvtss_f32(_mm_movehl_ps(off2[r], off2[r]))              \
-                 + _mm_cvtss_f32(_mm_shuffle_ps(off2[r], off2[r], _MM_SHUFFLE(3, 3, 3, 3)));
-#else
-#define BRAZE_MV1_PAIRS(T, TS)  /* no 512-bit VNNI: one block at a time */
-#endif
-#if defined(BRAZE_X16)
 /* Four rows at once with int16 x: their four blocks' integer dots summed across lanes
  * into one vector (braze_sum4: row r in lanes r and r + 4), then one convert and
  * one FMA by the four rows' scales, converted as one vector (braze_q4s_##T: s4 = d dx,
@@ -202,13 +104,12 @@ static inline __m256i braze_sum4(const __m256i *p) {
 #define BRAZE_MV4(T, TS)                                                                                      \
 static inline __attribute__((always_inline)) void braze_mv4_##T(int64_t k, const uint8_t *w, int64_t ldw,    \
         const void *x, const float *dx, const float *xs, float *y) {                                         \
-    const int64_t kp = braze_qs_pad(k);                                                                      \
     __m256 acc = _mm256_setzero_ps();                                                                        \
     __m128 off = _mm_setzero_ps();                                                                           \
     for (int64_t b = 0; b < k / 32; b++) {                                                                   \
         braze_qpf(w, ldw, 4, b * TS, TS);                                                                    \
         __m256i xv, xw, p[4];                                                                                \
-        braze_mv1_x(x, kp, b, &xv, &xw);                                                                     \
+        braze_mv1_x(x, b, &xv, &xw);                                                                         \
         for (int r = 0; r < 4; r++) { float s, o; p[r] = braze_qd_##T(w + r * ldw + b * TS, &s, &o, xv, xw); } \
         const __m256i h = braze_sum4(p);                                                                     \
         __m128 s4, o4;                                                                                       \
@@ -218,26 +119,17 @@ static inline __attribute__((always_inline)) void braze_mv4_##T(int64_t k, const
     }                                                                                                        \
     _mm_storeu_ps(y, _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1)), off)); \
 }
-#define BRAZE_MV1_FOUR(T) if (R == 4) { braze_mv4_##T(k, w, ldw, x, dx, xs, y); return 1; }
-#else
-#define BRAZE_MV4(T, TS)
-#define BRAZE_MV1_FOUR(T)
-#endif
 #define BRAZE_MV1_REGS(T, TS)                                                                                 \
 BRAZE_MV4(T, TS)                                                                                             \
 static inline __attribute__((always_inline)) int braze_mv1_##T(const int R, int64_t k, const uint8_t *w,     \
         int64_t ldw, const void *x, const float *dx, const float *xs, float *y) {                            \
-    BRAZE_MV1_FOUR(T)                                                                                        \
-    const int64_t kp = braze_qs_pad(k);                                                                      \
-    const int8_t *xh = (const int8_t *)x, *xl = xh + kp; (void)xh; (void)xl;                                 \
+    if (R == 4) { braze_mv4_##T(k, w, ldw, x, dx, xs, y); return 1; }                                        \
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};    \
     float off[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                 \
-    int64_t b = 0;                                                                                           \
-    BRAZE_MV1_PAIRS(T, TS)  /* then any last block alone */                                                  \
-    for (; b < k / 32; b++) {                                                                                \
+    for (int64_t b = 0; b < k / 32; b++) {                                                                   \
         braze_qpf(w, ldw, R, b * TS, TS);                                                                    \
         __m256i xv, xw;                                                                                      \
-        braze_mv1_x(x, kp, b, &xv, &xw);                                                                     \
+        braze_mv1_x(x, b, &xv, &xw);                                                                         \
         for (int r = 0; r < R; r++) {                                                                        \
             float s, o;                                                                                      \
             const __m256i p = braze_qd_##T(w + r * ldw + b * TS, &s, &o, xv, xw);                            \
@@ -251,7 +143,7 @@ static inline __attribute__((always_inline)) int braze_mv1_##T(const int R, int6
 #else
 #define BRAZE_MV1_REGS BRAZE_MV1_NONE
 #endif
-/* the other types (and without AVX-512): none, braze_mv unpacks */
+/* the other types (and without AVX2): none, braze_mv unpacks */
 #define BRAZE_MV1_NONE(T, TS)                                                                                 \
 static inline int braze_mv1_##T(const int R, int64_t k, const uint8_t *w, int64_t ldw, const void *x,         \
         const float *dx, const float *xs, float *y) {                                                        \
@@ -344,7 +236,9 @@ static inline __attribute__((always_inline)) int braze_mv1_##T(const int R, int6
 #define BRAZE_X16NAT_q4_1 0
 #define BRAZE_X16NAT_q8_0 0
 #endif
+#ifndef BRAZE_X16NAT_q5_0
 #define BRAZE_X16NAT_q5_0 0
+#endif
 #define BRAZE_X16NAT_q5_1 0
 #define BRAZE_X16NAT_q2_k 0
 #define BRAZE_X16NAT_q3_k 0
