@@ -29,7 +29,12 @@ thread variables set before Python starts. It loads the model, then measures:
             step, how long the process's threads waited runnable for a CPU
             (``schedstat.py``): a step whose threads waited more than 5% of P50 is
             "descheduled" (the machine, not braze, made it late); the table gives
-            their count and P99/P50 over the other steps.
+            their count and P99/P50 over the other steps. The run is repeated
+            ``--latency-rounds`` times on fresh caches (the numbers above are the first
+            round's): the P99/P50 of each position's median step over the rounds is
+            the step's own steadiness, what is left when a VM's slow phases (which
+            fall on other steps each round) are taken out (``llama_steps.cpp`` in
+            bench/baselines prints the same for llama.cpp).
   RSS       the subprocess's peak resident memory (getrusage ru_maxrss).
   per step  over the latency run, after warm-up: ``braze.stats()`` deltas per step:
             kernel launches, allocations, Python-to-C calls (``c_calls``, "n/a" while
@@ -228,6 +233,9 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
     # per-step latency and counters after warm-up (the capture's first steps), as the
     # issue counts them; tg64 above includes those steps, as a generation does
     _, steps, counted, waits = _decode_run(model, start, lat, cache_len, WARMUP_STEPS)
+    rounds = [steps] + [_decode_run(model, start, lat, cache_len, WARMUP_STEPS)[1]
+                        for _ in range(args.latency_rounds - 1)]
+    by_position = np.median(np.array(rounds), axis=0) * 1e3
     per_step: dict[str, float | None] = {
         # None: braze has no such counter (yet); the table prints "n/a"
         key: counted[key] / lat if key in counted else None
@@ -249,6 +257,9 @@ def run_worker(args: argparse.Namespace) -> dict[str, Any]:
         "tg": {"tokens": g, "tokens_per_s": g / statistics.median(tg), "median_s": statistics.median(tg),
                "first_run_s": tg_first, "seconds": tg},
         "latency": {"steps": lat, "p50_ms": p50, "p99_ms": p99, "p99_over_p50": p99 / p50,
+                    "rounds": len(rounds), "position_median_ms": by_position.tolist(),
+                    "p99_over_p50_position_median":
+                        float(np.percentile(by_position, 99) / np.percentile(by_position, 50)),
                     "mean_ms": float(ms.mean()), "max_ms": float(ms.max()), "steps_ms": ms.tolist(), **sched},
         "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB on Linux
         "per_step": per_step,
@@ -339,8 +350,9 @@ def run_braze(args: argparse.Namespace, model: str, threads: int, workdir: Path)
     result = workdir / f"braze-{threads}.json"
     cmd = [sys.executable, "-m", "bench.llm", "--worker", str(result), "--worker-threads", str(threads),
            "--model", model, "--prompt-tokens", str(args.prompt_tokens), "--gen-tokens", str(args.gen_tokens),
-           "--latency-tokens", str(args.latency_tokens), "--reps", str(args.reps), "--tg-reps", str(args.tg_reps),
-           "--depth", str(args.depth), *(["--kv-dtype", args.kv_dtype] if args.kv_dtype else [])]
+           "--latency-tokens", str(args.latency_tokens), "--latency-rounds", str(args.latency_rounds),
+           "--reps", str(args.reps), "--tg-reps", str(args.tg_reps), "--depth", str(args.depth),
+           *(["--kv-dtype", args.kv_dtype] if args.kv_dtype else [])]
     child = _run(cmd, thread_env(threads), args.timeout, workdir, f"braze-{threads}")
     if child.rc != 0 or not result.exists():
         tail = "\n".join(child.err.strip().splitlines()[-15:])
@@ -473,7 +485,7 @@ def table(model_name: str, p: int, g: int, braze_rows: list[dict[str, Any]],
           llama_rows: dict[int, dict[str, Any]], depth: int = 0) -> str:
     tg = f"tg{g}" + (f" @ d{depth}" if depth else "")  # llama-bench's name for it
     head = ["model", "threads", f"braze pp{p} tok/s", f"braze {tg} tok/s", "P50 ms", "P99 ms", "P99/P50",
-            "descheduled steps", "P99/P50 of the others", "RSS MiB", "kernels/step", "C calls/step", "allocations/step", "nodes/step",
+            "descheduled steps", "P99/P50 of the others", "P99/P50 of the positions' medians", "RSS MiB", "kernels/step", "C calls/step", "allocations/step", "nodes/step",
             f"llama.cpp pp{p} tok/s", f"llama.cpp {tg} tok/s", "llama.cpp RSS MiB",
             "pp braze/llama.cpp", "tg braze/llama.cpp"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -489,7 +501,8 @@ def table(model_name: str, p: int, g: int, braze_rows: list[dict[str, Any]],
             cells = [model_name, str(t), _num(bpp), _num(btg), _num(_get(r, "latency", "p50_ms"), 2),
                      _num(_get(r, "latency", "p99_ms"), 2), _num(_get(r, "latency", "p99_over_p50"), 2),
                      _num(_get(r, "latency", "descheduled_steps")),
-                     _num(_get(r, "latency", "p99_over_p50_not_descheduled"), 2), _num(_get(r, "rss_mib"), 0), _num(ps.get("kernel_launches")), _num(ps.get("c_calls")),
+                     _num(_get(r, "latency", "p99_over_p50_not_descheduled"), 2),
+                     _num(_get(r, "latency", "p99_over_p50_position_median"), 2), _num(_get(r, "rss_mib"), 0), _num(ps.get("kernel_launches")), _num(ps.get("c_calls")),
                      _num(ps.get("allocations")), _num(ps.get("nodes_recorded")),
                      _num(lpp), _num(ltg), _num(_get(lr, "rss_mib"), 0), _ratio(bpp, lpp), _ratio(btg, ltg)]
         lines.append("| " + " | ".join(cells) + " |")
@@ -537,6 +550,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--kv-dtype", choices=KV_DTYPES, default=None,
                     help="braze's KV cache type (default: braze generate's, float16, as llama.cpp's)")
     ap.add_argument("--latency-tokens", type=int, default=256, help="individually timed steps (default 256)")
+    ap.add_argument("--latency-rounds", type=int, default=3,
+                    help="latency runs on fresh caches, for each position's median step (default 3)")
     ap.add_argument("--reps", type=int, default=5, help="prefill repetitions, and llama-bench -r (default 5)")
     ap.add_argument("--tg-reps", type=int, default=3, help="decoding runs of G tokens (default 3)")
     ap.add_argument("--generate-tokens", type=int, default=32,
@@ -560,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     threads = [int(t) for t in args.threads.split(",") if t.strip()]
     if not threads or min(threads) < 1 or min(args.prompt_tokens, args.gen_tokens, args.latency_tokens,
-                                             args.reps, args.tg_reps) < 1:
+                                             args.latency_rounds, args.reps, args.tg_reps) < 1:
         ap.error("--threads, the token counts and the repetitions must be positive")
     if args.depth < 0:
         ap.error("--depth must be 0 or more")
@@ -591,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         for t in threads:
             t0 = time.perf_counter()
             log(f"braze, {t} thread(s): prefill pp{args.prompt_tokens} x{args.reps}, decode tg{args.gen_tokens} "
-                f"x{args.tg_reps}, {args.latency_tokens} timed steps ...")
+                f"x{args.tg_reps}, {args.latency_tokens} timed steps x{args.latency_rounds} ...")
             row = run_braze(args, model, t, Path(tmp))
             braze_rows.append(row)
             log(_outcome(row, time.perf_counter() - t0))
@@ -622,7 +637,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": mach,
         "model": {"path": model, "name": model_name},
         "settings": {"threads": threads, "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens,
-                     "latency_tokens": args.latency_tokens, "reps": args.reps, "tg_reps": args.tg_reps,
+                     "latency_tokens": args.latency_tokens, "latency_rounds": args.latency_rounds, "reps": args.reps, "tg_reps": args.tg_reps,
                      "decode_cache_len": decode_cache_len(args), "depth": args.depth,
                      "kv_dtype": _kv_name(args.kv_dtype),
                      "latency_warmup_steps": WARMUP_STEPS,

@@ -61,7 +61,7 @@ def test_llm_benchmark_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
     out_json, out_png = tmp_path / "llm.json", tmp_path / "llm.png"
     assert main(["--threads", "1", "--prompt-tokens", "8", "--gen-tokens", "4", "--latency-tokens", "8",
-                 "--reps", "2", "--tg-reps", "1", "--no-llama-bench", "--generate-tokens", "4", "--depth", "20",
+                 "--latency-rounds", "2", "--reps", "2", "--tg-reps", "1", "--no-llama-bench", "--generate-tokens", "4", "--depth", "20",
                  "--json", str(out_json), "--png", str(out_png)]) == 0
     res = json.loads(out_json.read_text())
     assert {"machine", "model", "settings", "braze", "llama_cpp", "markdown"} <= set(res)
@@ -75,6 +75,7 @@ def test_llm_benchmark_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     lat = row["latency"]
     assert len(lat["steps_ms"]) == 8 and all(t > 0 for t in lat["steps_ms"])
     assert 0 < lat["p50_ms"] <= lat["p99_ms"] and lat["p99_over_p50"] >= 1
+    assert lat["rounds"] == 2 and lat["p99_over_p50_position_median"] >= 1  # each position's median over 2 rounds
     if "runqueue_wait_ms" in lat:  # Linux with schedstats: each step's wait for a CPU
         assert len(lat["runqueue_wait_ms"]) == 8 and min(lat["runqueue_wait_ms"]) >= 0
         assert 0 <= lat["descheduled_steps"] <= 8
