@@ -9,12 +9,13 @@
  *     sum_k w x  =  sum_chunks  s * dx * idot(q, xq)  +  o * sum(x)
  *
  * with x quantized once per row in blocks of 32 (xq, scale dx: int8, or int8x2, 15 bits
- * kept as two int8 halves, the mode codegen/quant.py picks) and its sums per chunk
- * taken from the float values. The integer dot is AVX-512 VNNI's vpdpbusd (or
- * AVX-VNNI's) where -march=native has it, else a plain loop gcc vectorises.
+ * kept as two int8 halves or as int16, the mode codegen/quant.py picks) and its sums per
+ * chunk taken from the float values. The integer dot is AVX-512 VNNI's vpdpbusd (or
+ * AVX-VNNI's) where -march=native has it, AVX2's vpmaddwd for int16 x, else a plain
+ * loop gcc vectorises.
  *
- * One x row (decoding): dotted block by block with four W rows unpacked in registers
- * (matrix-vector, reads each weight byte once). More rows in int8x2 (a batched step, a
+ * One x row (decoding): x as int16 (quant_blocks.h's BRAZE_X16) dotted block by block
+ * with four W rows widened in registers (matrix-vector, reads each weight byte once). More rows in int8x2 (a batched step, a
  * prompt's prefill) take strips of W read once for every x row (with 512-bit VNNI, 16
  * x rows in one register's lanes against a broadcast W row), groups of 16 rows against
  * the same strip while it is in L1; rows of W in parallel. The other modes' many rows
