@@ -14,7 +14,7 @@
  * AVX-VNNI's) where -march=native has it, AVX2's vpmaddwd for int16 x, else a plain
  * loop gcc vectorises.
  *
- * One x row (decoding): x as int16 (quant_blocks.h's BRAZE_X16) dotted block by block
+ * One x row (decoding): x as int16 (quant_blocks.h) dotted block by block
  * with four W rows widened in registers (matrix-vector, reads each weight byte once). More rows in int8x2 (a batched step, a
  * prompt's prefill) take strips of W read once for every x row (with 512-bit VNNI, 16
  * x rows in one register's lanes against a broadcast W row), groups of 16 rows against
@@ -250,14 +250,13 @@ static inline int64_t braze_qs_pad(int64_t k) { return (k + BRAZE_QS - 1) / BRAZ
 /* x's row r (at xr) as the dots of MODE read it, once per call: its sums per chunk of CH
  * (for the strips lane r % BRAZE_QG of its group's, xs[(g * nch + c) * BRAZE_QG + ...];
  * else row-major), and its int8, int8x2 (hi then lo, rows padded with zeros to a whole
- * step; one row as int16 where BRAZE_X16, the strips' where BRAZE_QS16) or int16 blocks
+ * step; one row always as int16, the strips' too where BRAZE_QS16) or int16 blocks
  * of 32 and their scales dx */
 static inline __attribute__((always_inline)) void braze_qx_row(const int MODE, const int CH, int strips, int nat,
         int64_t r, const float *xr, int64_t k, float *xs, float *dx, char *xq) {
     const int64_t kx = MODE == 3 ? braze_qs_pad(k) : k, nch = k / CH, xsz = MODE == 1 ? 1 : 2;
     float *sums = strips ? xs + r / BRAZE_QG * BRAZE_QG * nch + r % BRAZE_QG : xs + r * nch;
     braze_chunk_sums(xr, k, CH, sums, strips ? BRAZE_QG : 1);
-#ifdef BRAZE_X16
 #ifdef BRAZE_QS16
     const int x16 = 1;
 #else
@@ -267,9 +266,7 @@ static inline __attribute__((always_inline)) void braze_qx_row(const int MODE, c
         int16_t *v = (int16_t *)xq + r * kx;
         braze_quantize_x16(xr, k, v, dx + r * (kx / 32), nat);
         memset(v + k, 0, (size_t)(kx - k) * 2); memset(dx + r * (kx / 32) + k / 32, 0, (size_t)(kx - k) / 32 * 4);
-    } else
-#endif
-    if (MODE == 1 || MODE == 3) {
+    } else if (MODE == 1 || MODE == 3) {
         int8_t *hi = (int8_t *)xq + r * kx * xsz, *lo = MODE == 3 ? hi + kx : NULL;
         braze_quantize_row(xr, k, hi, lo, dx + r * (kx / 32));
         if (lo) { memset(hi + k, 0, (size_t)(kx - k)); memset(lo + k, 0, (size_t)(kx - k));

@@ -21,8 +21,8 @@ from .headers import quant_source
 # 0 dequantizes W in registers against float x; 1 quantizes x to int8 blocks of 32 and
 # takes integer dots (VNNI's vpdpbusd); 2 quantizes x to int16 (vpmaddwd); 3 (int8x2)
 # rounds x to 15 bits: one row kept as int16 and dotted by vpmaddwd (and vpdpwssd),
-# two and more rows with VNNI as two int8 halves, two vpdpbusd per block (quant_blocks.h's
-# BRAZE_X16 and BRAZE_QS16). Batched rows (two or more, in mode 3: a batched step, a prompt's prefill) read W per
+# two and more rows with VNNI as two int8 halves, two vpdpbusd per block (without VNNI
+# int16 too: quant_blocks.h's BRAZE_QS16). Batched rows (two or more, in mode 3: a batched step, a prompt's prefill) read W per
 # strip of rows: `unpack` unpacks the strip into scratch once, `direct` (types whose
 # values are plain nibbles or bytes) reads the blocks in the dot loop itself, one pass
 # fewer (quant.h's braze_qx_w, with 512-bit VNNI).

@@ -18,17 +18,14 @@
  * saturate: W's bytes reach 255, and 2 x 255 x 127 passes int16). A block of 32 is
  * stored in the order 0-7, 16-23, 8-15, 24-31, which W's 32 bytes widen to with
  * unpacklo/unpackhi, no lane crossing (braze_x16_dot).
- * BRAZE_X16: one x row (decoding, braze_mv) so, wherever AVX2 is or VNNI is not. With
- * 512-bit VNNI too: its one-row kernels dotting int8 halves (two vpdpbusd, a shift and an
- * add a block) measured 1.0-1.4x slower than these on the AMD EPYC (Zen 4;
- * bench/RESULTS.md, twentieth session).
+ * One x row (decoding, braze_mv) is always kept so. With 512-bit VNNI too: one-row
+ * kernels dotting int8 halves (two vpdpbusd, a shift and an add a block) measured
+ * 1.0-1.4x slower than these on the AMD EPYC (Zen 4; bench/RESULTS.md, twentieth
+ * session), and were removed.
  * BRAZE_QS16: the strips' x rows (2 and more) too, where VNNI is not; with VNNI the
  * strips dot int8 halves, one W byte against many x rows. */
 #ifndef BRAZE_VNNI
 #define BRAZE_QS16 1
-#endif
-#if defined(BRAZE_QS16) || defined(BRAZE_AVX2)
-#define BRAZE_X16 1
 #endif
 #if defined(BRAZE_VNNI) || defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -336,7 +333,7 @@ static inline void braze_quantize_row(const float *x, int64_t k, int8_t *q, int8
     }
 }
 
-/* x row -> int8x2's integers as int16 (BRAZE_X16), per block of 32 in braze_x16_dot's
+/* x row -> int8x2's integers as int16, per block of 32 in braze_x16_dot's
  * order or, with nat, in element order: the same scale and rounding as
  * braze_quantize_row's, 128 hi + lo */
 static inline int braze_x16_pos(int i) { return (i & 7) | ((i & 8) << 1) | ((i & 16) >> 1); }
@@ -372,6 +369,7 @@ static inline void braze_quantize_x16(const float *x, int64_t k, int16_t *v, flo
 #if defined(BRAZE_VNNI) || defined(BRAZE_AVX2)
 typedef __m256 braze_qacc;
 #define BRAZE_QACC_ZERO _mm256_setzero_ps()
+static inline void braze_qacc_add(__m256 *a, float v) { (*a)[0] += v; }  /* v into the first lane */
 static inline float braze_qacc_sum(__m256 a) {
     __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));
@@ -381,6 +379,7 @@ static inline float braze_qacc_sum(__m256 a) {
 #else
 typedef float braze_qacc;
 #define BRAZE_QACC_ZERO 0.0f
+static inline void braze_qacc_add(float *a, float v) { *a += v; }
 static inline float braze_qacc_sum(float a) { return a; }
 #endif
 
@@ -425,42 +424,31 @@ static inline __m256i braze_x16_dot(__m256i q, __m256i xa, __m256i xb) {
     return braze_madd2(_mm256_unpacklo_epi8(q, z), xa, _mm256_unpackhi_epi8(q, z), xb);
 }
 #endif
-/* xl: the low parts of x (int8x2) or NULL (int8), a constant where inlined */
+/* int8 x (mode 1, which only tests build) */
 static inline __attribute__((always_inline)) void braze_qblock(const int BS, const int CH,
-        const uint8_t *restrict q, const float *restrict s, const int8_t *restrict xq, const int8_t *restrict xl,
-        const float *restrict dx, braze_qacc *acc) {
+        const uint8_t *restrict q, const float *restrict s, const int8_t *restrict xq, const float *restrict dx,
+        braze_qacc *acc) {
 #ifdef BRAZE_VNNI
     for (int u = 0; u < BS / 32; u++) {
-        __m256i qv = _mm256_loadu_si256((const __m256i *)(q + 32 * u));
-        __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * u));
-        __m256i p = BRAZE_DPBUSD(_mm256_setzero_si256(), qv, xv);
-        /* the lo dot in a chain of its own, joined once (the same integers): through the
-         * shift it waited on the hi dot's latency */
-        if (xl) p = _mm256_add_epi32(_mm256_slli_epi32(p, 7), BRAZE_DPBUSD(_mm256_setzero_si256(), qv,
-                                     _mm256_loadu_si256((const __m256i *)(xl + 32 * u))));
+        const __m256i p = BRAZE_DPBUSD(_mm256_setzero_si256(), _mm256_loadu_si256((const __m256i *)(q + 32 * u)),
+                                       _mm256_loadu_si256((const __m256i *)(xq + 32 * u)));
         *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), braze_qscale8(CH, s, u, dx[u]), *acc);
     }
 #else
     for (int c = 0; c < BS / 16; c++) {
         int32_t t = 0;
-        for (int i = 0; i < 16; i++)
-            t += (int32_t)q[16 * c + i] * (xl ? 128 * (int32_t)xq[16 * c + i] + xl[16 * c + i] : (int32_t)xq[16 * c + i]);
-#ifdef BRAZE_AVX2
-        (*acc)[0] += s[c * 16 / CH] * dx[c / 2] * (float)t;  /* int8 (mode 1, which only tests build) */
-#else
-        *acc += s[c * 16 / CH] * dx[c / 2] * (float)t;
-#endif
+        for (int i = 0; i < 16; i++) t += (int32_t)q[16 * c + i] * xq[16 * c + i];
+        braze_qacc_add(acc, s[c * 16 / CH] * dx[c / 2] * (float)t);
     }
 #endif
 }
-#ifdef BRAZE_X16
 /* plain C: chunk c (of 16) of a block's bytes q dotted with its int16 x (braze_x16_dot's order) */
 static inline int32_t braze_x16_sum16(const uint8_t *q, const int16_t *xv, int c) {
     int32_t t = 0;
     for (int i = 16 * c; i < 16 * c + 16; i++) t += (int32_t)q[i] * xv[braze_x16_pos(i)];
     return t;
 }
-/* braze_qblock for int8x2's x as int16 (BRAZE_X16), x at the block's first element */
+/* int8x2's x (as int16: one row's) against a block, x at the block's first element */
 static inline __attribute__((always_inline)) void braze_qblock16(const int BS, const int CH,
         const uint8_t *restrict q, const float *restrict s, const int16_t *restrict xv, const float *restrict dx,
         braze_qacc *acc) {
@@ -471,21 +459,10 @@ static inline __attribute__((always_inline)) void braze_qblock16(const int BS, c
                                         _mm256_loadu_si256((const __m256i *)(xv + 32 * u + 16)));
         *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), braze_qscale8(CH, s, u, dx[u]), *acc);
 #else
-        for (int c = 0; c < 2; c++) *acc += s[(32 * u + 16 * c) / CH] * dx[u] * (float)braze_x16_sum16(q + 32 * u, xv + 32 * u, c);
+        for (int c = 0; c < 2; c++)
+            braze_qacc_add(acc, s[(32 * u + 16 * c) / CH] * dx[u] * (float)braze_x16_sum16(q + 32 * u, xv + 32 * u, c));
 #endif
     }
-}
-#endif
-/* int8x2's dot of a block with x's row x (as braze_qx_row lays it out, rows of kp) at element b0 */
-static inline __attribute__((always_inline)) void braze_qblock_x2(const int BS, const int CH,
-        const uint8_t *restrict q, const float *restrict s, const void *x, int64_t kp, int64_t b0,
-        const float *restrict dx, braze_qacc *acc) {
-#ifdef BRAZE_X16
-    (void)kp;
-    braze_qblock16(BS, CH, q, s, (const int16_t *)x + b0, dx, acc);
-#else
-    braze_qblock(BS, CH, q, s, (const int8_t *)x + b0, (const int8_t *)x + kp + b0, dx, acc);
-#endif
 }
 
 /* The same block dotted with float x (dequantized in registers): per chunk, the

@@ -79,8 +79,8 @@ static inline __attribute__((always_inline)) void braze_mv_##T(const int R, int6
             const float *d = dx + b * (BS / 32);                                                             \
             braze_offsets(BS / CH, o[r], xs + b * (BS / CH), &offv[r], &off[r]);                             \
             if (MODE == 0) braze_fblock(BS, CH, q[r], s[r], (const float *)x + b * BS, &accf[r]);            \
-            else if (MODE == 1) braze_qblock(BS, CH, q[r], s[r], (const int8_t *)x + b * BS, NULL, d, &acci[r]); \
-            else if (MODE == 3) braze_qblock_x2(BS, CH, q[r], s[r], x, braze_qs_pad(k), b * BS, d, &acci[r]);    \
+            else if (MODE == 1) braze_qblock(BS, CH, q[r], s[r], (const int8_t *)x + b * BS, d, &acci[r]);   \
+            else if (MODE == 3) braze_qblock16(BS, CH, q[r], s[r], (const int16_t *)x + b * BS, d, &acci[r]); \
             else braze_wblock(BS, CH, q[r], s[r], (const int16_t *)x + b * BS, d, &accf[r]);                 \
         }                                                                                                    \
     }                                                                                                        \

@@ -9,10 +9,10 @@
  * instead (braze_qd_##T), their scale and offset as braze_unpack_##T has them: the same
  * integers and products (bench/RESULTS.md, eleventh and eighteenth sessions). Q5_1
  * measured the same and keeps braze_mv's. BRAZE_MV1_##T says which.
- * x is int16 (BRAZE_X16), with VNNI too: the kernels dotting its int8 halves (two
+ * x is int16, with VNNI too: the kernels dotting its int8 halves (two
  * vpdpbusd, a shift and an add a block; two blocks an iteration in 512 bits) measured
  * 1.0-1.4x slower than these on the AMD EPYC with AVX-512 VNNI (twentieth session). */
-#if defined(BRAZE_X16) && defined(BRAZE_AVX2) && defined(__F16C__)
+#if defined(BRAZE_AVX2) && defined(__F16C__)
 /* x's block b of one row in two registers: elements 0-15 and 16-31, in element order
  * where BRAZE_X16NAT_##T (braze_qx_row lays it out so), else in braze_x16_dot's */
 static inline __attribute__((always_inline)) void braze_mv1_x(const void *x, int64_t b, __m256i *xa, __m256i *xb) {
@@ -150,7 +150,7 @@ static inline int braze_mv1_##T(const int R, int64_t k, const uint8_t *w, int64_
     (void)R; (void)k; (void)w; (void)ldw; (void)x; (void)dx; (void)xs; (void)y;                             \
     return 0;                                                                                                \
 }
-#if defined(BRAZE_X16) && defined(BRAZE_AVX2)
+#ifdef BRAZE_AVX2
 /* Q4_K and Q6_K at one row with int16 x: a superblock's 32-element pieces built in
  * registers and dotted by braze_x16_dot (x in its order), their chunk scales times x's
  * block scales as vectors (one per 8 chunks; a dot's scale picked by a permute), the
