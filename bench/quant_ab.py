@@ -8,6 +8,9 @@ random blocks), differing only in those headers, compiled by braze's compiler an
 turn: per round the min of ``CALLS`` calls of each, the median of ``ROUNDS`` rounds, 1
 thread. Shapes: SmolLM2's FFN up/gate (1536 x 576) and down (576 x 1536), and its output
 matrix (49152 x 576, streamed from DRAM). Also prints how far apart the two outputs are.
+This tree's headers carry the machine's ``BRAZE_WIDE512`` verdict (``runtime/simd.py``;
+``BRAZE_WIDE512=0|1`` overrides it); the revision's get none, so their one-row kernels
+take 256 bits: ``--against HEAD`` is the 256-bit kernels against this machine's choice.
 """
 
 from __future__ import annotations

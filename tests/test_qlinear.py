@@ -21,7 +21,7 @@ from braze.codegen import quant as qk
 from braze.nn import functional as F
 from braze.stream import fusion_enabled
 from braze.errors import DtypeMismatch, IndexOutOfRange, ShapeMismatch
-from braze.quant import BLOCK_DTYPES, DTYPES, GGMLType, dequantize
+from braze.quant import BLOCK_DTYPES, DTYPES, GGMLType, block_size, dequantize
 from braze.creation import from_blocks, from_numpy
 from braze.functions import qembedding, qlinear
 from braze.tensor import dequantize as bdequantize
@@ -240,24 +240,29 @@ def _cpu_has(flag: str) -> bool:
 
 # Each instruction set's build of the int8x2 kernels: 512-bit VNNI (x rows in the lanes),
 # 256-bit AVX-VNNI (W's blocks in the lanes), AVX2 without VNNI (x as int16, vpmaddwd)
-# and plain C. Where the CPU lacks one, the build is compiled and not run (its
+# and plain C; and the one-row kernels with two blocks per 512-bit instruction and with
+# one per 256-bit one, whichever runtime/simd.py measured (one x row: the only kernels
+# the choice changes). Where the CPU lacks one, the build is compiled and not run (its
 # instructions would fault).
 VECTOR_BUILDS = {"native": ((), None), "avx2": (("-mno-avx512f", "-mno-avxvnni"), "avx2"),
-                 "avx-vnni": (("-mno-avx512f", "-mavxvnni"), "avx_vnni"), "plain": (("-mno-avx2",), None)}
+                 "avx-vnni": (("-mno-avx512f", "-mavxvnni"), "avx_vnni"), "plain": (("-mno-avx2",), None),
+                 "wide512": (("-DBRAZE_WIDE512=1",), "avx512bw"), "narrow512": (("-DBRAZE_WIDE512=0",), None)}
+ONE_ROW_BUILDS = ("wide512", "narrow512")
 
 
 @pytest.mark.parametrize("build", list(VECTOR_BUILDS))
-@pytest.mark.parametrize("qtype", [GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K],
-                         ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K,
+                                   GGMLType.Q6_K], ids=lambda t: t.name)
 def test_batched_rows_on_every_vector_width(qtype: GGMLType, build: str) -> None:
     """One x row (the matrix-vector dot) and many in int8x2 (the strips: groups of 16
     rows, passes of 64, a last group of 1..15; without VNNI, 2 rows take the one-row dot
     per row below quant.h's BRAZE_QSTRIP_MIN_##T and 70 the float GEMM, BRAZE_QGEMM_MIN):
-    every row within its rounding bound of the float64 product."""
+    every row within its rounding bound of the float64 product. 17 blocks of 32 a row
+    where the type allows: two-block kernels end on one block."""
     flags, needs = VECTOR_BUILDS[build]
-    n, k = 21, 512
+    n, k = 21, 512 if block_size(qtype) == 256 else 544
     w, wf = weight(qtype, n, k, seed=7)
-    for m in (1, 2, 9, 17, 70):
+    for m in (1,) if build in ONE_ROW_BUILDS else (1, 2, 9, 17, 70):
         fn = built_kernel(qtype, m, n, k, 3, flags)
         if needs and not _cpu_has(needs):
             continue  # built, not run

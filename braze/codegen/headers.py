@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 from importlib import resources
 
+from ..runtime.simd import wide_512
+
 
 @functools.cache
 def header(name: str) -> str:
@@ -18,5 +20,7 @@ QUANT_HEADERS = ("quant_blocks.h", "quant.h", "quant_rows.h", "quant_linear.h")
 
 
 def quant_source() -> str:
-    """The quantized matmul's C, every header in order (before a type's instantiation)."""
-    return "\n".join(header(name) for name in QUANT_HEADERS)
+    """The quantized matmul's C, every header in order (before a type's instantiation),
+    after what the machine measured (``runtime/simd.py``; a -D flag still overrides it)."""
+    return "\n".join([f"#ifndef BRAZE_WIDE512\n#define BRAZE_WIDE512 {int(wide_512())}\n#endif",
+                      *(header(name) for name in QUANT_HEADERS)])
