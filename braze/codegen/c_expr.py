@@ -117,6 +117,11 @@ static inline float braze_h2f(uint16_t h) {
     r = (r & ~is_sub) | (u & is_sub);
     r |= sign; float f; __builtin_memcpy(&f, &r, 4); return f;
 }
+/* Every line of rows (ld bytes apart, bytes long) asked for, into L2, before they are read */
+static inline void braze_pf_rows(const void *p, int64_t ld, int64_t rows, int64_t bytes) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch((const char *)p + r * ld + b, 0, 2);
+}
 /* rows of float16 or bfloat16 (ld elements apart) to contiguous float rows: half-type
  * keys and values of a chain kernel, block by block. F16C's conversion where there is
  * one (by gcc's builtin: immintrin.h would add ~0.15 s to every compile), else the bits. */

@@ -334,15 +334,23 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         return res
 
 
-    def blockwise(x: ir.Load, rows: tuple[int, int], call: str) -> list[str]:
+    def blockwise(x: ir.Load, rows: tuple[int, int], width: int, call: str) -> list[str]:
         """``call`` (its rows at ``xp``, ``len`` of them from tile row ``jb``) for each
-        run of the tile's rows within one block of a block table."""
+        run of the tile's rows within one block of a block table; the next run's rows
+        (``width`` elements each) are prefetched first: a block's rows, a fraction of
+        each of its lines' worth, came from DRAM one miss after another (1.6x slower
+        over a cache of 47 MB, bench/RESULTS.md, twenty-first session)."""
         ld, bs = rows
         at = Renderer([f"o{i}" for i in range(n_outer)] + ["i0", "0"]).index(x.index)
         ctype = "uint16_t" if x.dtype in HALF_ROWS else "float"
+        size = 2 if x.dtype in HALF_ROWS else 4
+        where = f"a{x.arg} + {at} + at{x.arg}_0 * {x.at[0][1]}"
         return ["    for (int64_t jb = 0; jb < nk;) {", "        const int64_t i0 = j0 + jb;", *row_at(x, "        "),
                 f"        const int64_t len = {bs} - i0 % {bs} < nk - jb ? {bs} - i0 % {bs} : nk - jb;",
-                f"        const {ctype} *xp = a{x.arg} + {at} + at{x.arg}_0 * {x.at[0][1]};",
+                f"        const {ctype} *xp = {where};",
+                "        if (jb + len < nk) {", "            const int64_t i0 = j0 + jb + len;", *row_at(x, "            "),
+                f"            braze_pf_rows({where}, {ld * size}, nk - jb - len < {bs} ? nk - jb - len : {bs}, "
+                f"{width * size});", "        }",
                 f"        {call}", "        jb += len;", "    }"]
 
     def scores(fused_args: str | None = None) -> list[str]:
@@ -352,7 +360,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         res = []
         mm_nt = f"braze_mm_nt_{hk}" if hk else "braze_mm_nt"
         if paged_k is not None:
-            res = blockwise(dot.b, paged_k, f"{mm_nt}(nq, len, {d}, qt, {d}, xp, {paged_k[0]}, st + jb, {BK});")
+            res = blockwise(dot.b, paged_k, d, f"{mm_nt}(nq, len, {d}, qt, {d}, xp, {paged_k[0]}, st + jb, {BK});")
         elif hk:
             res = [f"    {mm_nt}(nq, nk, {d}, qt, {d}, {k_at}, {half_ld(dot.b)}, st, {BK});"]
         if res:
@@ -596,7 +604,7 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
         if with_contract and paged_v is not None:
             mm = f"braze_mm_{hv}(nq, {e}, len, wt + jb, {BK}, xp, {paged_v[0]}, ot, {e});" if hv else \
                 f"braze_mm(nq, {e}, len, wt + jb, {BK}, xp, {paged_v[0]}, ot, {e}, 1);"
-            body += blockwise(contract.v, paged_v, mm)
+            body += blockwise(contract.v, paged_v, e, mm)
         elif with_contract and hv:
             body.append(f"    braze_mm_{hv}(nq, {e}, nk, wt, {BK}, {v_at}, {half_ld(contract.v)}, ot, {e});")
         elif with_contract:
