@@ -15,6 +15,7 @@ import gc
 import sys
 import glob
 import os
+import re
 import platform
 import shutil
 import subprocess
@@ -50,9 +51,11 @@ def env(name: str, value: str | None) -> Iterator[None]:
 
 
 def build_baselines(directory: Path) -> ctypes.CDLL:
-    """Compile every bench/baselines/*.c into one shared object and load it."""
+    """Compile every bench/baselines/*.c of kernels into one shared object and load it
+    (the standalone programs there, steady.c and paged_kv.c, have a main of their own
+    and are compiled by hand, as their first lines say)."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "gcc"
-    sources = sorted(str(p) for p in BASELINES.glob("*.c"))
+    sources = sorted(str(p) for p in BASELINES.glob("*.c") if not re.search(r"^int main\(", p.read_text(), re.M))
     so = directory / "baselines.so"
     # Compile with -ffast-math but link without it: gcc 12 links crtfastmath.o into a
     # -ffast-math shared object, whose constructor turns on flush-to-zero for the whole
