@@ -72,3 +72,13 @@ def test_a_stored_plan_is_kept_under_the_verdict_its_c_was_rendered_with(monkeyp
         monkeypatch.setattr(plan, "_code_id", None)
         ids.append(plan._code_identity())
     assert ids[0] != ids[1]
+
+
+def test_a_damaged_verdict_is_measured_again(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("BRAZE_WIDE512", raising=False)
+    monkeypatch.setenv("BRAZE_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setattr(simd, "_verdict", None)
+    (tmp_path / Path(simd._verdict_file()).name).write_text("garbage\n")
+    monkeypatch.setattr(simd, "measure_split_ratio", lambda: 1.0)
+    assert simd.wide_512() is True
+    assert Path(simd._verdict_file()).read_text().startswith("1 ")

@@ -107,9 +107,11 @@ def _stored_or_measured() -> bool:
     path = _verdict_file()
     try:
         with open(path) as f:
-            return f.read().split()[0] == "1"
-    except (OSError, IndexError):
-        pass
+            kept = f.read().split()[:1]
+        if kept in (["0"], ["1"]):
+            return kept == ["1"]
+    except OSError:
+        pass  # (a missing or unreadable verdict, or one that is neither: measured again)
     try:
         ratio = measure_split_ratio()
     except CompileError:  # no compiler: no kernels either
