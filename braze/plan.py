@@ -50,12 +50,12 @@ import numpy as np
 from .codegen.generic import symbolize
 from .codegen.c import kernel_source, module_source
 from .codegen.c_stream import llc_bytes
+from .codegen.headers import quant_source
 from . import ir, plan_store, plan_trie
 from .arena import binds, lifetimes, place
 from .plan_trie import Form, forget, insert  # (the executor's: runtime/cuda.py stores its plans through plan.insert)
 from .errors import CompileError, IndexOutOfRange
 from .runtime import cpu, memory, units
-from .runtime.simd import wide_512
 from .runtime import reference
 from .schedule import ExternStep, KernelStep, schedule
 from .stats import COUNTERS
@@ -376,12 +376,14 @@ def _code_identity() -> str:
     """A hash of the code that decides a schedule and renders its C, so a stored plan
     from another braze (a new release, or a working tree being edited) is never
     replayed; and of what the renderer read off this machine: the cache size it chose
-    its stores by (``c_stream.streams``), and whether 512-bit instructions run whole
-    (``runtime/simd.py``: the quantized matmul's C, whose libraries' names a module holds)."""
+    its stores by (``c_stream.streams``), and the quantized matmul's C as this machine
+    has it (``headers.quant_source``, with what ``runtime/simd.py`` measured), whose
+    libraries a stored module names by its hash."""
     global _code_id
     if _code_id is None:
         root = Path(__file__).parent
-        h = cpu.sha256(f"{llc_bytes()} {wide_512()}".encode())
+        h = cpu.sha256(str(llc_bytes()).encode())
+        h.update(quant_source().encode())
         for f in sorted([root / "plan.py", root / "arena.py", root / "ir.py", root / "ops" / "lowering.py",
                          *(root / "schedule").glob("*.py"), *(root / "codegen").glob("*.py"),
                          *(root / "codegen").glob("*.h")]):

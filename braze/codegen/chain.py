@@ -336,22 +336,25 @@ def chain_source(k: ir.Kernel, lines: list[str], hoisted: dict[ir.Expr, str]) ->
 
     def blockwise(x: ir.Load, rows: tuple[int, int], width: int, call: str) -> list[str]:
         """``call`` (its rows at ``xp``, ``len`` of them from tile row ``jb``) for each
-        run of the tile's rows within one block of a block table; the next run's rows
-        (``width`` elements each) are prefetched first: a block's rows, a fraction of
-        each of its lines' worth, came from DRAM one miss after another (1.6x slower
-        over a cache of 47 MB, bench/RESULTS.md, twenty-first session)."""
+        run of the tile's rows within one block of a block table. Each run's place is
+        looked up (and checked) one run early, and its rows (``width`` elements each)
+        prefetched while the run before is read: a block's rows, a fraction of each of
+        its lines' worth, came from DRAM one miss after another (1.6x slower over a
+        cache of 47 MB, bench/RESULTS.md, twenty-first session)."""
         ld, bs = rows
         at = Renderer([f"o{i}" for i in range(n_outer)] + ["i0", "0"]).index(x.index)
         ctype = "uint16_t" if x.dtype in HALF_ROWS else "float"
         size = 2 if x.dtype in HALF_ROWS else 4
         where = f"a{x.arg} + {at} + at{x.arg}_0 * {x.at[0][1]}"
-        return ["    for (int64_t jb = 0; jb < nk;) {", "        const int64_t i0 = j0 + jb;", *row_at(x, "        "),
-                f"        const int64_t len = {bs} - i0 % {bs} < nk - jb ? {bs} - i0 % {bs} : nk - jb;",
-                f"        const {ctype} *xp = {where};",
+        return ["    {", "    const " + ctype + " *xp;", "    { const int64_t i0 = j0;", *row_at(x, "      "),
+                f"      xp = {where}; }}", "    for (int64_t jb = 0; jb < nk;) {",
+                f"        const int64_t len = {bs} - (j0 + jb) % {bs} < nk - jb ? {bs} - (j0 + jb) % {bs} : nk - jb;",
+                f"        const {ctype} *xn = xp;",
                 "        if (jb + len < nk) {", "            const int64_t i0 = j0 + jb + len;", *row_at(x, "            "),
-                f"            braze_pf_rows({where}, {ld * size}, nk - jb - len < {bs} ? nk - jb - len : {bs}, "
-                f"{width * size});", "        }",
-                f"        {call}", "        jb += len;", "    }"]
+                f"            xn = {where};",
+                f"            braze_pf_rows(xn, {ld * size}, nk - jb - len < {bs} ? nk - jb - len : {bs}, {width * size});",
+                "        }",
+                f"        {call}", "        xp = xn; jb += len;", "    }", "    }"]
 
     def scores(fused_args: str | None = None) -> list[str]:
         """The scores tile ``st`` of tile ``j0``; with ``fused_args`` (the row scales,

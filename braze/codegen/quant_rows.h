@@ -108,11 +108,6 @@ static inline __m512i braze_qd2_q5_0(const uint8_t *b, const int TS, __m512i xa,
     return braze_madd2_z(_mm512_mask_add_epi16(lo, (__mmask32)((h0 & 0xffffu) | (h1 << 16)), lo, c), xa,
                          _mm512_mask_add_epi16(hi, (__mmask32)((h0 >> 16) | (h1 & 0xffff0000u)), hi, c), xb);
 }
-static inline __m512i braze_sum4_z(const __m512i *p) {  /* braze_sum4 in each 256-bit half */
-    const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p[1]), _mm512_unpackhi_epi32(p[0], p[1]));
-    const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2], p[3]), _mm512_unpackhi_epi32(p[2], p[3]));
-    return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
-}
 #define BRAZE_MV4_PAIRS(T, TS)                                                                                \
     __m512 accz = _mm512_setzero_ps();                                                                       \
     for (; b + 1 < k / 32; b += 2) {                                                                         \
@@ -157,13 +152,18 @@ static inline void braze_q4s_q4_1(const uint8_t *b, int64_t ldw, float dx, float
     *s4 = _mm_mul_ps(braze_q4h(b, ldw), _mm_set1_ps(dx));  /* (four words a conversion, then split: 5% slower) */
     *o4 = _mm_mul_ps(braze_q4h(b + 2, ldw), _mm_set1_ps(xs));
 }
-/* four vectors' lane sums, row r in lanes r and r + 4: by unpacks and adds (vphaddd is
- * four micro-ops on AMD Zen) */
-static inline __m256i braze_sum4(const __m256i *p) {
-    const __m256i a = _mm256_add_epi32(_mm256_unpacklo_epi32(p[0], p[1]), _mm256_unpackhi_epi32(p[0], p[1]));
-    const __m256i b = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2], p[3]), _mm256_unpackhi_epi32(p[2], p[3]));
-    return _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
+/* four vectors' lane sums, row r in lanes r and r + 4 of each 256 bits: by unpacks and
+ * adds (vphaddd is four micro-ops on AMD Zen); braze_sum4_z in 512 bits */
+#define BRAZE_SUM4(NAME, V, S)                                                                                \
+static inline V NAME(const V *p) {                                                                           \
+    const V a = _mm##S##_add_epi32(_mm##S##_unpacklo_epi32(p[0], p[1]), _mm##S##_unpackhi_epi32(p[0], p[1])); \
+    const V b = _mm##S##_add_epi32(_mm##S##_unpacklo_epi32(p[2], p[3]), _mm##S##_unpackhi_epi32(p[2], p[3])); \
+    return _mm##S##_add_epi32(_mm##S##_unpacklo_epi64(a, b), _mm##S##_unpackhi_epi64(a, b));                  \
 }
+BRAZE_SUM4(braze_sum4, __m256i, 256)
+#if BRAZE_WIDE512 && defined(__AVX512BW__)
+BRAZE_SUM4(braze_sum4_z, __m512i, 512)
+#endif
 #define BRAZE_MV4(T, TS)                                                                                      \
 static inline __attribute__((always_inline)) void braze_mv4_##T(int64_t k, const uint8_t *w, int64_t ldw,    \
         const void *x, const float *dx, const float *xs, float *y) {                                         \
